@@ -1,0 +1,61 @@
+// cudarc::Error — every failure the library reports.
+#pragma once
+
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+
+namespace cudarc {
+
+// Which vendor runtime a device or a call belongs to.
+enum class Backend { cuda, hip };
+
+[[nodiscard]] const char* to_string(Backend backend) noexcept;
+
+// Thrown for every failure: a failing driver call, a library that cannot be loaded, bad input.
+// Note: the library never calls abort(); destructors swallow errors and record them for the next
+// call on the same device (see Device::take_deferred_error).
+class Error : public std::runtime_error {
+public:
+    // A failure that is not a driver call (bad input, missing library).
+    explicit Error(const std::string& message) : std::runtime_error(message) {}
+
+    // A failing driver call: `api` is the entry point's name, `result` its raw code.
+    Error(std::string api, int result, std::string result_name, std::string result_text, int device,
+          Backend backend);
+
+    [[nodiscard]] const std::string& api() const noexcept { return api_; }
+    // The raw result code (CUresult or hipError_t); 0 when not a driver call.
+    [[nodiscard]] int result() const noexcept { return result_; }
+    [[nodiscard]] const std::string& result_name() const noexcept { return result_name_; }
+    // The device ordinal the call was made for, or -1 when none applies.
+    [[nodiscard]] int device() const noexcept { return device_; }
+    [[nodiscard]] Backend backend() const noexcept { return backend_; }
+
+private:
+    std::string api_;
+    int result_ = 0;
+    std::string result_name_;
+    int device_ = -1;
+    Backend backend_ = Backend::cuda;
+};
+
+// The allocator could not satisfy a request even after freeing its cache and waiting for pending
+// frees. Carries the figures needed to understand why.
+class OutOfMemory : public Error {
+public:
+    struct Figures {
+        std::size_t requested = 0;  // bytes asked for (after rounding)
+        std::size_t allocated = 0;  // bytes handed out to live allocations
+        std::size_t reserved = 0;   // bytes the allocator holds from the driver
+        std::size_t device_free = 0;
+        std::size_t device_total = 0;
+    };
+    OutOfMemory(int device, const Figures& figures);
+    [[nodiscard]] const Figures& figures() const noexcept { return figures_; }
+
+private:
+    Figures figures_;
+};
+
+}  // namespace cudarc

@@ -1,0 +1,81 @@
+#include "sys/dynamic_library.hpp"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <utility>
+
+namespace cudarc::sys {
+
+DynamicLibrary::DynamicLibrary(DynamicLibrary&& other) noexcept
+    : handle_(std::exchange(other.handle_, nullptr)), path_(std::move(other.path_)) {}
+
+DynamicLibrary& DynamicLibrary::operator=(DynamicLibrary&& other) noexcept {
+    handle_ = std::exchange(other.handle_, nullptr);
+    path_ = std::move(other.path_);
+    return *this;
+}
+
+DynamicLibrary DynamicLibrary::open_first(const std::vector<std::string>& candidates,
+                                          std::vector<std::string>& attempts) {
+    DynamicLibrary library;
+    for (const auto& candidate : candidates) {
+        if (candidate.empty()) continue;
+        dlerror();
+        void* handle = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
+        if (handle != nullptr) {
+            library.handle_ = handle;
+            library.path_ = candidate;
+            return library;
+        }
+        const char* why = dlerror();
+        attempts.push_back(candidate + ": " + (why != nullptr ? why : "not found"));
+    }
+    return library;
+}
+
+void* DynamicLibrary::symbol(const char* name) const noexcept {
+    return handle_ != nullptr ? dlsym(handle_, name) : nullptr;
+}
+
+std::string env_or_empty(const char* name) {
+    const char* value = std::getenv(name);
+    return value != nullptr ? std::string(value) : std::string();
+}
+
+std::vector<std::string> cuda_toolkit_candidates(const std::string& soname, const std::string& wheel_subdir) {
+    std::vector<std::string> out;
+    for (const char* variable : {"CUDA_PATH", "CUDA_HOME"}) {
+        const std::string root = env_or_empty(variable);
+        if (!root.empty()) {
+            out.push_back(root + "/lib64/" + soname);
+            out.push_back(root + "/lib/" + soname);
+        }
+    }
+    out.push_back("/usr/local/cuda/lib64/" + soname);
+    out.push_back("/usr/local/cuda/lib/" + soname);
+    // pip's nvidia-* wheels: <site-packages>/nvidia/<subdir>/lib/<soname>
+    for (const char* variable : {"VIRTUAL_ENV", "CONDA_PREFIX"}) {
+        const std::string prefix = env_or_empty(variable);
+        if (prefix.empty()) continue;
+        std::error_code ec;
+        const std::filesystem::path lib = std::filesystem::path(prefix) / "lib";
+        for (const auto& entry : std::filesystem::directory_iterator(lib, ec)) {
+            const auto candidate = entry.path() / "site-packages" / "nvidia" / wheel_subdir / "lib" / soname;
+            if (std::filesystem::exists(candidate, ec)) out.push_back(candidate.string());
+        }
+    }
+    return out;
+}
+
+std::string join_lines(const std::vector<std::string>& lines, const char* separator) {
+    std::string out;
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+        if (i != 0) out += separator;
+        out += lines[i];
+    }
+    return out;
+}
+
+}  // namespace cudarc::sys

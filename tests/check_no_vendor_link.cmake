@@ -1,0 +1,11 @@
+# Fails when any file in FILES has libcuda, libnvrtc, libamdhip64 or libhiprtc among its NEEDED entries.
+foreach(file IN LISTS FILES)
+    execute_process(COMMAND ldd ${file} OUTPUT_VARIABLE deps RESULT_VARIABLE rc)
+    if(NOT rc EQUAL 0)
+        message(FATAL_ERROR "ldd failed on ${file}")
+    endif()
+    if(deps MATCHES "(libcuda|libnvrtc|libamdhip64|libhiprtc|libcudart)")
+        message(FATAL_ERROR "${file} links a vendor library (${CMAKE_MATCH_1}):\n${deps}")
+    endif()
+    message(STATUS "${file}: no vendor library linked")
+endforeach()
