@@ -52,6 +52,8 @@ inline constexpr int kStreamCaptureModeThreadLocal = 1;      // CU_STREAM_CAPTUR
 inline constexpr int kStreamCaptureModeRelaxed = 2;          // CU_STREAM_CAPTURE_MODE_RELAXED
 inline constexpr int kStreamCaptureStatusNone = 0;           // CU_STREAM_CAPTURE_STATUS_NONE
 inline constexpr int kStreamCaptureStatusActive = 1;         // CU_STREAM_CAPTURE_STATUS_ACTIVE
+inline constexpr int kPointerAttributeMemoryType = 2;        // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+inline constexpr unsigned kMemoryTypeHost = 1;               // CU_MEMORYTYPE_HOST
 
 // CUdevice_attribute values the library reads.
 namespace attr {
@@ -183,6 +185,9 @@ struct DriverApi {
     Result (*memcpy_dtod_async)(DevicePtr dst, DevicePtr src, std::size_t bytes, Stream stream) = nullptr;
     Result (*memset_d8_async)(DevicePtr dst, unsigned char value, std::size_t count, Stream stream) = nullptr;
     Result (*memset_d32_async)(DevicePtr dst, unsigned value, std::size_t count, Stream stream) = nullptr;
+    // cuPointerGetAttribute; with kPointerAttributeMemoryType it tells page-locked host memory (kMemoryTypeHost)
+    // from pageable memory (an error result). Null: treat every host pointer as page-locked.
+    Result (*pointer_get_attribute)(void* data, int attribute, DevicePtr ptr) = nullptr;
 
     // Modules and launches
     Result (*module_load_data)(Module* module, const void* image) = nullptr;

@@ -1,0 +1,106 @@
+// cudarc::Device — one GPU, its primary context and its default stream.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "cudarc/counters.hpp"
+#include "cudarc/error.hpp"
+
+namespace cudarc {
+
+class Stream;
+struct StreamOptions;
+
+namespace detail {
+class DeviceState;
+}
+
+struct ComputeCapability {
+    int major = 0;
+    int minor = 0;
+    friend constexpr auto operator<=>(const ComputeCapability&, const ComputeCapability&) = default;
+};
+
+struct MemoryInfo {
+    std::size_t free = 0;
+    std::size_t total = 0;
+};
+
+// Where DeviceSlice memory comes from.
+enum class MemorySource {
+    stream_ordered,  // the driver's pool: cuMemAllocAsync / cuMemFreeAsync, release threshold raised
+};
+
+struct DeviceOptions {
+    MemorySource memory_source = MemorySource::stream_ordered;
+};
+
+// A GPU. Opening a device retains its primary context (the one the CUDA runtime and frameworks such as
+// PyTorch use, so memory and streams interoperate); the last handle releases it.
+//
+// Note: the default stream is a stream cudarc creates with CU_STREAM_NON_BLOCKING, not the legacy NULL
+// stream. The legacy stream implicitly synchronizes with every other blocking stream in the context, so
+// work there would serialize against unrelated libraries; a created stream orders only what cudarc puts
+// on it, and hazard tracking adds exactly the waits that cross-stream use needs.
+//
+// Handles are move-only; opening the same ordinal twice gives two handles to one shared device state
+// (same counters, same allocator). Buffers and streams keep the device state alive.
+class Device {
+public:
+    // Number of devices visible to the active backend. Throws cudarc::Error when no driver can be loaded.
+    [[nodiscard]] static int count();
+    // True when a driver loads and at least one device is visible. Never throws.
+    [[nodiscard]] static bool available() noexcept;
+    // The driver's version (e.g. 13000 for CUDA 13.0).
+    [[nodiscard]] static int driver_version();
+
+    // Opens device `ordinal`. Throws on a bad ordinal (naming the valid range) or a driver failure.
+    [[nodiscard]] static Device open(int ordinal = 0, const DeviceOptions& options = {});
+
+    Device(const Device&) = delete;
+    Device& operator=(const Device&) = delete;
+    Device(Device&&) noexcept = default;
+    Device& operator=(Device&&) noexcept = default;
+    ~Device();
+
+    [[nodiscard]] int ordinal() const noexcept;
+    [[nodiscard]] Backend backend() const noexcept;
+    [[nodiscard]] std::string name() const;
+    [[nodiscard]] std::array<unsigned char, 16> uuid() const;
+    [[nodiscard]] std::string uuid_string() const;  // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
+    [[nodiscard]] std::string pci_bus_id() const;
+    [[nodiscard]] ComputeCapability compute_capability() const;
+    [[nodiscard]] std::string arch() const;  // "sm_90"
+    [[nodiscard]] int multiprocessor_count() const;
+    [[nodiscard]] std::size_t total_memory() const;
+    [[nodiscard]] MemoryInfo memory_info() const;
+    // A raw device attribute, by the CUDA driver API's CUdevice_attribute number.
+    [[nodiscard]] int attribute(int cu_device_attribute) const;
+
+    // The device's default stream (see the note above).
+    [[nodiscard]] Stream& default_stream() const noexcept;
+    // A new stream; it does not wait for anything (use Stream::fork for ordered children).
+    [[nodiscard]] Stream create_stream(const StreamOptions& options) const;
+    [[nodiscard]] Stream create_stream() const;
+
+    // Blocks until all work on the device completes (counted as a host synchronization).
+    void synchronize() const;
+
+    [[nodiscard]] Counters counters() const noexcept;
+
+    // An error a destructor swallowed on this device since the last call, rethrown once. Destructors never
+    // throw; this lets a caller check after the fact.
+    void rethrow_deferred_error() const;
+
+    // Internal: the shared state (for the library's own templates and tests).
+    [[nodiscard]] const std::shared_ptr<detail::DeviceState>& state() const noexcept { return state_; }
+    explicit Device(std::shared_ptr<detail::DeviceState> state) noexcept;
+
+private:
+    std::shared_ptr<detail::DeviceState> state_;
+};
+
+}  // namespace cudarc

@@ -1,0 +1,51 @@
+// cudarc::Event — a marker in a stream: record, wait, query, synchronize, time.
+#pragma once
+
+#include <memory>
+
+#include "cudarc/detail/native_handles.hpp"
+
+namespace cudarc {
+
+class Device;
+class Stream;
+
+namespace detail {
+class DeviceState;
+}
+
+// Whether an event can measure elapsed time. Timing costs a timestamp per record, so it is opt-in.
+enum class EventTiming { disabled, enabled };
+
+// An event from the device's pool (timing events are created fresh). Move-only; returned to the pool on
+// destruction.
+class Event {
+public:
+    explicit Event(const Device& device, EventTiming timing = EventTiming::disabled);
+    Event(const Event&) = delete;
+    Event& operator=(const Event&) = delete;
+    Event(Event&& other) noexcept;
+    Event& operator=(Event&& other) noexcept;
+    ~Event();
+
+    // Captures the work submitted to `stream` so far.
+    void record(Stream& stream);
+    // True when the captured work has completed (or the event was never recorded). Never blocks.
+    [[nodiscard]] bool query() const;
+    // Blocks the host until the captured work completes (counted).
+    void synchronize() const;
+    // Milliseconds between two recorded timing events; both must have completed.
+    [[nodiscard]] static float elapsed_ms(const Event& start, const Event& end);
+
+    [[nodiscard]] NativeEvent native() const noexcept { return event_; }
+    [[nodiscard]] bool timing() const noexcept { return timing_ == EventTiming::enabled; }
+
+private:
+    void release() noexcept;
+
+    std::shared_ptr<detail::DeviceState> device_;
+    NativeEvent event_ = nullptr;
+    EventTiming timing_ = EventTiming::disabled;
+};
+
+}  // namespace cudarc

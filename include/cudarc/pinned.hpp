@@ -1,0 +1,85 @@
+// cudarc::PinnedBuffer<T> — page-locked host memory for truly asynchronous copies.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+
+#include "cudarc/detail/native_handles.hpp"
+#include "cudarc/slice.hpp"
+
+namespace cudarc {
+
+class Device;
+
+namespace detail {
+class DeviceState;
+
+// Untyped page-locked host allocation; remembers the event of its last asynchronous copy.
+class PinnedAllocation {
+public:
+    PinnedAllocation() = default;
+    PinnedAllocation(const Device& device, std::size_t bytes);
+    PinnedAllocation(const PinnedAllocation&) = delete;
+    PinnedAllocation& operator=(const PinnedAllocation&) = delete;
+    PinnedAllocation(PinnedAllocation&& other) noexcept;
+    PinnedAllocation& operator=(PinnedAllocation&& other) noexcept;
+    ~PinnedAllocation();  // waits for a pending copy first: the memory must not vanish under the DMA engine
+
+    [[nodiscard]] void* data() const noexcept { return data_; }
+    // Device to this memory, asynchronous; returns at once.
+    void copy_from_device_async(Stream& stream, void* dst, Buffer& src, DevicePtr src_ptr, std::size_t bytes);
+    // This memory to the device, asynchronous; the memory must not change until the copy completes.
+    void copy_to_device_async(Stream& stream, Buffer& dst, DevicePtr dst_ptr, const void* src, std::size_t bytes);
+    // Blocks until the last asynchronous copy completes (counted; nothing to do if none is pending).
+    void synchronize();
+    [[nodiscard]] bool ready() const;
+
+private:
+    void note_copy(Stream& stream);
+    void release() noexcept;
+
+    std::shared_ptr<DeviceState> device_;
+    void* data_ = nullptr;
+    NativeEvent last_copy_ = nullptr;  // pooled; recorded after each async copy
+};
+}  // namespace detail
+
+// `count` elements of page-locked host memory. Copies into it from the device return at once; call
+// synchronize() (or synchronize the stream) before reading the data.
+template <typename T>
+class PinnedBuffer {
+    static_assert(DeviceCopyable<T>, "PinnedBuffer<T> needs a trivially copyable T");
+
+public:
+    PinnedBuffer() = default;
+    PinnedBuffer(const Device& device, std::size_t count)
+        : allocation_(device, count * sizeof(T)), size_(count) {}
+
+    [[nodiscard]] std::size_t size() const noexcept { return size_; }
+    [[nodiscard]] T* data() noexcept { return static_cast<T*>(allocation_.data()); }
+    [[nodiscard]] const T* data() const noexcept { return static_cast<const T*>(allocation_.data()); }
+    [[nodiscard]] std::span<T> span() noexcept { return {data(), size_}; }
+    [[nodiscard]] std::span<const T> span() const noexcept { return {data(), size_}; }
+    [[nodiscard]] T& operator[](std::size_t i) noexcept { return data()[i]; }
+    [[nodiscard]] const T& operator[](std::size_t i) const noexcept { return data()[i]; }
+
+    // Device to this buffer, asynchronous. Sizes must match.
+    void copy_from_device_async(Stream& stream, DeviceView<const T> src) {
+        if (src.size() != size_) detail::throw_size_mismatch("PinnedBuffer::copy_from_device_async", size_, src.size());
+        allocation_.copy_from_device_async(stream, data(), src.buffer(), src.device_ptr(), src.bytes());
+    }
+    // This buffer to the device, asynchronous. Do not modify the buffer until synchronize() returns.
+    void copy_to_device_async(Stream& stream, DeviceView<T> dst) {
+        if (dst.size() != size_) detail::throw_size_mismatch("PinnedBuffer::copy_to_device_async", dst.size(), size_);
+        allocation_.copy_to_device_async(stream, dst.buffer(), dst.device_ptr(), data(), dst.bytes());
+    }
+    void synchronize() { allocation_.synchronize(); }
+    [[nodiscard]] bool ready() const { return allocation_.ready(); }
+
+private:
+    detail::PinnedAllocation allocation_;
+    std::size_t size_ = 0;
+};
+
+}  // namespace cudarc

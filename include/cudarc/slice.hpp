@@ -1,0 +1,141 @@
+// cudarc::DeviceSlice<T> (owning) and cudarc::DeviceView<T> (non-owning, bounds-checked window).
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include "cudarc/detail/buffer.hpp"
+#include "cudarc/stream.hpp"
+
+namespace cudarc {
+
+// Element types that may live in device memory: copied bytewise, no constructors run on the device.
+template <typename T>
+concept DeviceCopyable = std::is_trivially_copyable_v<T> && !std::is_pointer_v<T> && !std::is_reference_v<T>;
+
+// A window into a DeviceSlice: pointer, length and the owning buffer's hazard state. DeviceView<const T>
+// can only be read by launches and copies. A view must not outlive its slice (like std::span).
+template <typename T>
+class DeviceView {
+    static_assert(DeviceCopyable<std::remove_const_t<T>>, "DeviceView<T> needs a trivially copyable T");
+
+public:
+    using element_type = T;
+    using value_type = std::remove_const_t<T>;
+
+    DeviceView(detail::Buffer& buffer, DevicePtr ptr, std::size_t size) noexcept
+        : buffer_(&buffer), ptr_(ptr), size_(size) {}
+    // A view of T converts to a view of const T.
+    template <typename U>
+        requires(std::is_const_v<T> && std::is_same_v<const U, T>)
+    DeviceView(const DeviceView<U>& other) noexcept  // NOLINT(google-explicit-constructor)
+        : buffer_(&other.buffer()), ptr_(other.device_ptr()), size_(other.size()) {}
+
+    [[nodiscard]] std::size_t size() const noexcept { return size_; }
+    [[nodiscard]] std::size_t bytes() const noexcept { return size_ * sizeof(T); }
+    [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
+    // The raw address. Using it outside cudarc bypasses hazard tracking: see DeviceSlice::record_stream.
+    [[nodiscard]] DevicePtr device_ptr() const noexcept { return ptr_; }
+    [[nodiscard]] detail::Buffer& buffer() const noexcept { return *buffer_; }
+
+    // Elements [offset, offset + count). Throws cudarc::Error when out of range.
+    [[nodiscard]] DeviceView subview(std::size_t offset, std::size_t count) const {
+        if (offset > size_ || count > size_ - offset) detail::throw_out_of_range("DeviceView", offset, count, size_);
+        return DeviceView(*buffer_, ptr_ + offset * sizeof(T), count);
+    }
+    [[nodiscard]] DeviceView subview(std::size_t offset) const {
+        if (offset > size_) detail::throw_out_of_range("DeviceView", offset, 0, size_);
+        return subview(offset, size_ - offset);
+    }
+
+private:
+    detail::Buffer* buffer_;
+    DevicePtr ptr_;
+    std::size_t size_;
+};
+
+// An owning, typed device allocation on one device. Move-only. Its memory is returned to the allocator
+// on destruction, ordered after every recorded use on every stream (see DESIGN: hazard tracking).
+template <typename T>
+class DeviceSlice {
+    static_assert(DeviceCopyable<T>, "DeviceSlice<T> needs a trivially copyable, non-pointer T");
+    static_assert(!std::is_const_v<T>, "use a const DeviceSlice<T> or DeviceView<const T> for read-only data");
+
+public:
+    using value_type = T;
+
+    DeviceSlice() = default;
+
+    // `count` elements with unspecified contents, allocated on `stream`.
+    [[nodiscard]] static DeviceSlice uninitialized(Stream& stream, std::size_t count) {
+        return DeviceSlice(detail::Buffer(stream, count * sizeof(T)), count);
+    }
+    // `count` zero-filled elements.
+    [[nodiscard]] static DeviceSlice zeros(Stream& stream, std::size_t count) {
+        DeviceSlice slice = uninitialized(stream, count);
+        slice.fill_zero(stream);
+        return slice;
+    }
+    // A copy of `host` (the host memory may be reused as soon as this returns).
+    [[nodiscard]] static DeviceSlice from_host(Stream& stream, std::span<const T> host) {
+        DeviceSlice slice = uninitialized(stream, host.size());
+        slice.copy_from_host(stream, host);
+        return slice;
+    }
+    [[nodiscard]] static DeviceSlice from_host(Stream& stream, const std::vector<T>& host) {
+        return from_host(stream, std::span<const T>(host));
+    }
+
+    [[nodiscard]] std::size_t size() const noexcept { return size_; }
+    [[nodiscard]] std::size_t bytes() const noexcept { return size_ * sizeof(T); }
+    [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
+    [[nodiscard]] DevicePtr device_ptr() const noexcept { return buffer_.ptr(); }
+    [[nodiscard]] int device_ordinal() const noexcept { return buffer_.device_ordinal(); }
+
+    [[nodiscard]] DeviceView<T> view() noexcept { return DeviceView<T>(buffer_, buffer_.ptr(), size_); }
+    [[nodiscard]] DeviceView<const T> view() const noexcept {
+        return DeviceView<const T>(const_cast<detail::Buffer&>(buffer_), buffer_.ptr(), size_);
+    }
+    [[nodiscard]] DeviceView<T> view(std::size_t offset, std::size_t count) { return view().subview(offset, count); }
+    [[nodiscard]] DeviceView<const T> view(std::size_t offset, std::size_t count) const {
+        return view().subview(offset, count);
+    }
+
+    // Host to device, asynchronous on `stream`; `host` may be reused as soon as this returns.
+    void copy_from_host(Stream& stream, std::span<const T> host) {
+        if (host.size() != size_) detail::throw_size_mismatch("DeviceSlice::copy_from_host", size_, host.size());
+        detail::copy_host_to_device(stream, buffer_, buffer_.ptr(), host.data(), bytes());
+    }
+    // Device to host. Returns once the data is in `host` (no extra synchronize when `host` is pageable).
+    void copy_to_host(Stream& stream, std::span<T> host) const {
+        if (host.size() != size_) detail::throw_size_mismatch("DeviceSlice::copy_to_host", host.size(), size_);
+        detail::copy_device_to_host(stream, host.data(), const_cast<detail::Buffer&>(buffer_), buffer_.ptr(),
+                                    bytes());
+    }
+    [[nodiscard]] std::vector<T> to_vector(Stream& stream) const {
+        std::vector<T> host(size_);
+        copy_to_host(stream, host);
+        return host;
+    }
+    void fill_zero(Stream& stream) { detail::memset_bytes(stream, buffer_, buffer_.ptr(), 0, bytes()); }
+
+    // Declares that `stream` uses this memory through its raw pointer: freeing it will wait for the work
+    // submitted to `stream` so far. Cudarc's own launches and copies record this automatically.
+    void record_stream(Stream& stream) {
+        buffer_.check_same_device(stream);
+        buffer_.hazards().record_use(stream.state());
+    }
+
+    // Internal.
+    [[nodiscard]] detail::Buffer& buffer() noexcept { return buffer_; }
+
+private:
+    DeviceSlice(detail::Buffer buffer, std::size_t count) noexcept : buffer_(std::move(buffer)), size_(count) {}
+
+    detail::Buffer buffer_;
+    std::size_t size_ = 0;
+};
+
+}  // namespace cudarc

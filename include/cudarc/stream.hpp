@@ -1,0 +1,76 @@
+// cudarc::Stream — an ordered queue of device work; forks from a parent and joins back into it.
+#pragma once
+
+#include <memory>
+
+#include "cudarc/detail/native_handles.hpp"
+
+namespace cudarc {
+
+class Device;
+class Event;
+
+namespace detail {
+class DeviceState;
+class StreamState;
+}  // namespace detail
+
+struct StreamOptions {
+    // CUDA stream priority: lower numbers run first; 0 is the default. Clamped to the device's range.
+    int priority = 0;
+};
+
+// A stream. Move-only. Three kinds:
+//  - created (Device::create_stream): owned, destroyed with the object;
+//  - forked (Stream::fork): owned; it first waits for the parent's work so far, and its destructor makes
+//    the parent wait for the child's last work (an event and cuStreamWaitEvent: the host never blocks);
+//  - wrapped (Stream::wrap): a foreign stream, e.g. another framework's current stream, never destroyed
+//    by cudarc. It must outlive every cudarc object used on it.
+// A stream is used by one host thread at a time.
+class Stream {
+public:
+    // Wraps a stream created elsewhere without taking ownership. Throws when it does not belong to
+    // `device`'s context.
+    [[nodiscard]] static Stream wrap(const Device& device, NativeStream foreign);
+
+    Stream(const Stream&) = delete;
+    Stream& operator=(const Stream&) = delete;
+    Stream(Stream&& other) noexcept;
+    Stream& operator=(Stream&& other) noexcept;
+    ~Stream();
+
+    // A child stream that first waits for this stream's work so far, and joins back on destruction.
+    [[nodiscard]] Stream fork(const StreamOptions& options = {});
+    // Makes this stream wait for the work submitted to `other` so far. Never blocks the host.
+    void join(const Stream& other);
+    // Makes this stream wait for `event`'s last record.
+    void wait(const Event& event);
+
+    // Blocks the host until the stream's work completes (counted).
+    void synchronize();
+    // True when all work submitted so far has completed. Never blocks.
+    [[nodiscard]] bool query() const;
+
+    [[nodiscard]] NativeStream native() const noexcept;
+    [[nodiscard]] bool owned() const noexcept;
+    [[nodiscard]] int priority() const;
+    [[nodiscard]] int device_ordinal() const noexcept;
+    // A handle to the device this stream belongs to.
+    [[nodiscard]] Device device() const;
+
+    // Internal.
+    [[nodiscard]] detail::StreamState& state() const noexcept { return *state_; }
+    [[nodiscard]] const std::shared_ptr<detail::StreamState>& shared_state() const noexcept { return state_; }
+    Stream(std::shared_ptr<detail::DeviceState> keep_alive, std::shared_ptr<detail::StreamState> state,
+           std::shared_ptr<detail::StreamState> parent) noexcept;
+
+private:
+    void release() noexcept;
+
+    // Note: member order matters: the device state must outlive the stream states.
+    std::shared_ptr<detail::DeviceState> keep_alive_;  // null for a device's own default stream
+    std::shared_ptr<detail::StreamState> state_;
+    std::shared_ptr<detail::StreamState> parent_;  // set for forked streams: joined on destruction
+};
+
+}  // namespace cudarc

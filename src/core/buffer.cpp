@@ -1,0 +1,208 @@
+#include "cudarc/detail/buffer.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "core/device_state.hpp"
+#include "cudarc/stream.hpp"
+
+namespace cudarc::detail {
+namespace {
+
+// Makes `stream` wait for `use` (recording the use's event on first need).
+void order_after(StreamState& stream, StreamUse& use) {
+    if (!use.stream || use.stream.get() == &stream) return;
+    DeviceState& device = stream.device();
+    if (use.event == nullptr) use.event = use.stream->mark();
+    device.wait_event(stream.handle(), use.event);
+}
+
+void release_event(StreamUse& use) noexcept {
+    if (use.event != nullptr) {
+        use.stream->device().events().release(use.event);
+        use.event = nullptr;
+    }
+}
+
+}  // namespace
+
+void HazardState::before_access_slow(StreamState& stream, Access access) {
+    stream.device().bind();
+    if (access == Access::read) {
+        if (writer_.stream.get() == &stream) return;  // the last write was on this stream: already ordered
+        const bool already_ordered = std::any_of(readers_.begin(), readers_.end(),
+                                                 [&](const StreamUse& r) { return r.stream.get() == &stream; });
+        if (already_ordered) return;  // this stream waited for the current write at its first read
+        order_after(stream, writer_);
+        readers_.push_back({stream.shared_from_this(), nullptr});
+        return;
+    }
+    // A write waits for the last write and for every read since, on other streams.
+    order_after(stream, writer_);
+    for (StreamUse& reader : readers_) order_after(stream, reader);
+    release_event(writer_);
+    for (StreamUse& reader : readers_) release_event(reader);
+    readers_.clear();
+    writer_ = {stream.shared_from_this(), nullptr};
+}
+
+void HazardState::record_use(StreamState& stream) {
+    if (writer_.stream.get() == &stream) {
+        release_event(writer_);  // a later use: a recorded event would no longer cover it
+        return;
+    }
+    for (StreamUse& reader : readers_) {
+        if (reader.stream.get() == &stream) {
+            release_event(reader);
+            return;
+        }
+    }
+    readers_.push_back({stream.shared_from_this(), nullptr});
+}
+
+std::vector<StreamUse> HazardState::take_uses() {
+    std::vector<StreamUse> uses = std::move(readers_);
+    readers_.clear();
+    if (writer_.stream) uses.push_back(std::move(writer_));
+    writer_ = {};
+    return uses;
+}
+
+Buffer::Buffer(Stream& stream, std::size_t bytes)
+    : device_(stream.state().device().shared_from_this()),
+      bytes_(bytes),
+      home_(stream.shared_state()),
+      hazards_(stream.shared_state()) {
+    if (bytes == 0) return;
+    device_->bind();
+    const MemoryBlock block = device_->memory().allocate(bytes, stream.state());
+    ptr_ = block.ptr;
+    allocation_ = block.handle;
+}
+
+Buffer::Buffer(Buffer&& other) noexcept
+    : device_(std::move(other.device_)),
+      ptr_(std::exchange(other.ptr_, 0)),
+      bytes_(std::exchange(other.bytes_, 0)),
+      allocation_(std::exchange(other.allocation_, nullptr)),
+      home_(std::move(other.home_)),
+      hazards_(std::move(other.hazards_)) {}
+
+Buffer& Buffer::operator=(Buffer&& other) noexcept {
+    if (this != &other) {
+        release();
+        device_ = std::move(other.device_);
+        ptr_ = std::exchange(other.ptr_, 0);
+        bytes_ = std::exchange(other.bytes_, 0);
+        allocation_ = std::exchange(other.allocation_, nullptr);
+        home_ = std::move(other.home_);
+        hazards_ = std::move(other.hazards_);
+    }
+    return *this;
+}
+
+Buffer::~Buffer() { release(); }
+
+void Buffer::release() noexcept {
+    if (device_ && ptr_ != 0) {
+        std::vector<StreamUse> uses;
+        try {
+            uses = hazards_.take_uses();
+        } catch (...) {
+        }
+        device_->memory().deallocate(MemoryBlock{ptr_, allocation_}, bytes_, *home_, std::move(uses));
+    } else {
+        for (StreamUse& use : hazards_.take_uses()) release_event(use);
+    }
+    ptr_ = 0;
+    allocation_ = nullptr;
+    bytes_ = 0;
+    home_.reset();
+    device_.reset();
+}
+
+int Buffer::device_ordinal() const noexcept { return device_ ? device_->ordinal() : -1; }
+
+void Buffer::check_same_device(const Stream& stream) const {
+    if (!device_) throw Error("cudarc: use of an empty (default-constructed or moved-from) DeviceSlice");
+    if (&stream.state().device() != device_.get()) {
+        throw Error(fmt::format("cudarc: a buffer on device {} was used with a stream of device {}",
+                                device_->ordinal(), stream.device_ordinal()));
+    }
+}
+
+void prepare_access(const Stream& stream, Buffer& buffer, Access access) {
+    buffer.check_same_device(stream);
+    buffer.hazards().before_access(stream.state(), access);
+}
+
+void copy_host_to_device(Stream& stream, Buffer& dst, DevicePtr dst_ptr, const void* src, std::size_t bytes) {
+    if (bytes == 0) return;
+    prepare_access(stream, dst, Access::write);
+    DeviceState& device = stream.state().device();
+    device.bind();
+    device.check(device.api().memcpy_htod_async(dst_ptr, src, bytes, stream.native()), "cuMemcpyHtoDAsync");
+}
+
+void copy_device_to_host(Stream& stream, void* dst, Buffer& src, DevicePtr src_ptr, std::size_t bytes) {
+    if (bytes == 0) return;
+    prepare_access(stream, src, Access::read);
+    DeviceState& device = stream.state().device();
+    device.bind();
+    const sys::DriverApi& api = device.api();
+    device.check(api.memcpy_dtoh_async(dst, src_ptr, bytes, stream.native()), "cuMemcpyDtoHAsync");
+    // Note: into pageable memory the "async" copy returns only once the data is there, so a synchronize
+    // would be redundant. Only page-locked memory needs one.
+    unsigned memory_type = 0;
+    const bool page_locked =
+        api.pointer_get_attribute == nullptr ||
+        (api.pointer_get_attribute(&memory_type, sys::kPointerAttributeMemoryType,
+                                   static_cast<DevicePtr>(reinterpret_cast<std::uintptr_t>(dst))) == sys::kSuccess &&
+         memory_type == sys::kMemoryTypeHost);
+    if (page_locked) {
+        device.check(api.stream_synchronize(stream.native()), "cuStreamSynchronize");
+        AtomicCounters::bump(device.counters().stream_synchronizes);
+    } else {
+        AtomicCounters::bump(device.counters().blocking_copies);
+    }
+}
+
+void copy_device_to_device(Stream& stream, Buffer& dst, DevicePtr dst_ptr, Buffer& src, DevicePtr src_ptr,
+                           std::size_t bytes) {
+    if (bytes == 0) return;
+    prepare_access(stream, src, Access::read);
+    prepare_access(stream, dst, Access::write);
+    DeviceState& device = stream.state().device();
+    device.bind();
+    device.check(device.api().memcpy_dtod_async(dst_ptr, src_ptr, bytes, stream.native()), "cuMemcpyDtoDAsync");
+}
+
+void memset_bytes(Stream& stream, Buffer& dst, DevicePtr dst_ptr, unsigned char value, std::size_t bytes) {
+    if (bytes == 0) return;
+    prepare_access(stream, dst, Access::write);
+    DeviceState& device = stream.state().device();
+    device.bind();
+    if (dst_ptr % 4 == 0 && bytes % 4 == 0) {
+        // Note: 32-bit stores fill large buffers faster than byte stores.
+        const unsigned word = value * 0x01010101u;
+        device.check(device.api().memset_d32_async(dst_ptr, word, bytes / 4, stream.native()), "cuMemsetD32Async");
+    } else {
+        device.check(device.api().memset_d8_async(dst_ptr, value, bytes, stream.native()), "cuMemsetD8Async");
+    }
+}
+
+void stream_synchronize_counted(Stream& stream) { stream.synchronize(); }
+
+void throw_out_of_range(const char* what, std::size_t offset, std::size_t count, std::size_t size) {
+    throw Error(fmt::format("cudarc: {}: elements [{}, {}+{}) are out of range for a view of {} elements", what,
+                            offset, offset, count, size));
+}
+
+void throw_size_mismatch(const char* what, std::size_t dst_size, std::size_t src_size) {
+    throw Error(fmt::format("cudarc: {}: size mismatch: destination has {} elements, source has {}", what, dst_size,
+                            src_size));
+}
+
+}  // namespace cudarc::detail

@@ -1,0 +1,79 @@
+#include "cudarc/event.hpp"
+
+#include <utility>
+
+#include "core/device_state.hpp"
+#include "cudarc/device.hpp"
+#include "cudarc/stream.hpp"
+
+namespace cudarc {
+
+Event::Event(const Device& device, EventTiming timing) : device_(device.state()), timing_(timing) {
+    if (timing == EventTiming::disabled) {
+        event_ = device_->events().acquire();
+    } else {
+        device_->bind();
+        device_->check(device_->api().event_create(&event_, sys::kEventDefault), "cuEventCreate");
+    }
+}
+
+Event::Event(Event&& other) noexcept
+    : device_(std::move(other.device_)), event_(std::exchange(other.event_, nullptr)), timing_(other.timing_) {}
+
+Event& Event::operator=(Event&& other) noexcept {
+    if (this != &other) {
+        release();
+        device_ = std::move(other.device_);
+        event_ = std::exchange(other.event_, nullptr);
+        timing_ = other.timing_;
+    }
+    return *this;
+}
+
+Event::~Event() { release(); }
+
+void Event::release() noexcept {
+    if (event_ == nullptr) return;
+    if (timing_ == EventTiming::disabled) {
+        device_->events().release(event_);
+    } else {
+        device_->defer(device_->api().event_destroy(event_), "cuEventDestroy");
+    }
+    event_ = nullptr;
+}
+
+void Event::record(Stream& stream) {
+    if (&stream.state().device() != device_.get()) {
+        throw Error("cudarc: Event::record: the stream belongs to another device than the event");
+    }
+    device_->bind();
+    device_->check(device_->api().event_record(event_, stream.native()), "cuEventRecord");
+    detail::AtomicCounters::bump(device_->counters().events_recorded);
+}
+
+bool Event::query() const {
+    device_->bind();
+    const sys::Result r = device_->api().event_query(event_);
+    if (r == sys::kErrorNotReady) return false;
+    device_->check(r, "cuEventQuery");
+    return true;
+}
+
+void Event::synchronize() const {
+    device_->bind();
+    device_->check(device_->api().event_synchronize(event_), "cuEventSynchronize");
+    detail::AtomicCounters::bump(device_->counters().event_synchronizes);
+}
+
+float Event::elapsed_ms(const Event& start, const Event& end) {
+    if (!start.timing() || !end.timing()) {
+        throw Error("cudarc: Event::elapsed_ms needs two events created with EventTiming::enabled");
+    }
+    float ms = 0.0f;
+    start.device_->bind();
+    start.device_->check(start.device_->api().event_elapsed_time(&ms, start.event_, end.event_),
+                         "cuEventElapsedTime");
+    return ms;
+}
+
+}  // namespace cudarc

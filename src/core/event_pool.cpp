@@ -1,0 +1,43 @@
+#include "core/event_pool.hpp"
+
+#include "core/device_state.hpp"
+
+namespace cudarc::detail {
+
+EventPool::~EventPool() { clear(); }
+
+sys::Event EventPool::acquire() {
+    {
+        std::lock_guard lock(mutex_);
+        if (!free_.empty()) {
+            sys::Event event = free_.back();
+            free_.pop_back();
+            return event;
+        }
+    }
+    device_.bind();
+    sys::Event event = nullptr;
+    device_.check(device_.api().event_create(&event, sys::kEventDisableTiming), "cuEventCreate");
+    return event;
+}
+
+void EventPool::release(sys::Event event) noexcept {
+    if (event == nullptr) return;
+    try {
+        std::lock_guard lock(mutex_);
+        free_.push_back(event);
+    } catch (...) {
+        device_.defer(device_.api().event_destroy(event), "cuEventDestroy");
+    }
+}
+
+void EventPool::clear() noexcept {
+    std::vector<sys::Event> events;
+    {
+        std::lock_guard lock(mutex_);
+        events.swap(free_);
+    }
+    for (sys::Event event : events) device_.defer(device_.api().event_destroy(event), "cuEventDestroy");
+}
+
+}  // namespace cudarc::detail

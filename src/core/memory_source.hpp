@@ -1,0 +1,32 @@
+// Where device memory for buffers comes from: the caching allocator or the driver's stream-ordered pool.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "cudarc/detail/buffer.hpp"
+#include "sys/driver_api.hpp"
+
+namespace cudarc::detail {
+
+class StreamState;
+
+struct MemoryBlock {
+    DevicePtr ptr = 0;
+    void* handle = nullptr;  // the source's own bookkeeping
+};
+
+class MemoryResource {
+public:
+    virtual ~MemoryResource() = default;
+    // `bytes` > 0, ordered on `stream`. Throws cudarc::OutOfMemory or cudarc::Error.
+    [[nodiscard]] virtual MemoryBlock allocate(std::size_t bytes, StreamState& stream) = 0;
+    // Frees `block`, allocated on `home`, after every use in `uses` (events may still be null; the source
+    // records them as needed and takes ownership). Never throws.
+    virtual void deallocate(const MemoryBlock& block, std::size_t bytes, StreamState& home,
+                            std::vector<StreamUse> uses) noexcept = 0;
+    // Frees cached memory (no-op for sources that cache nothing).
+    virtual void empty_cache() {}
+};
+
+}  // namespace cudarc::detail
