@@ -1,5 +1,6 @@
 # Writes OUTPUT: a C++ file holding every kernel source in SOURCES, keyed by file name.
 # Bytes are written as hex so that no source text can break the generated literal.
+string(REPLACE "|" ";" SOURCES "${SOURCES}")  # the caller passes the list '|'-separated
 set(body "")
 set(entries "")
 set(index 0)

@@ -29,8 +29,11 @@ DynamicLibrary DynamicLibrary::open_first(const std::vector<std::string>& candid
             library.path_ = candidate;
             return library;
         }
-        const char* why = dlerror();
-        attempts.push_back(candidate + ": " + (why != nullptr ? why : "not found"));
+        // dlerror() usually starts with "<candidate>: "; keep only the reason.
+        const char* raw = dlerror();
+        std::string why = raw != nullptr ? raw : "not found";
+        if (why.rfind(candidate + ": ", 0) == 0) why = why.substr(candidate.size() + 2);
+        attempts.push_back(candidate + " (" + why + ")");
     }
     return library;
 }

@@ -63,7 +63,8 @@ private:
 
 bool load_cuda_driver(DriverApi& api, std::string& why) {
     std::vector<std::string> attempts;
-    static DynamicLibrary library = DynamicLibrary::open_first(driver_candidates(), attempts);
+    // Note: DynamicLibrary never dlcloses, so the resolved entry points stay valid after it goes out of scope.
+    const DynamicLibrary library = DynamicLibrary::open_first(driver_candidates(), attempts);
     if (!library.loaded()) {
         why = "the CUDA driver (libcuda.so.1) could not be loaded; tried: " + join_lines(attempts, "; ") +
               ". Install the NVIDIA driver, or set CUDARC_CUDA_DRIVER to the library's path.";
