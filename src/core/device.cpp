@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -32,9 +33,10 @@ DeviceState::DeviceState(const sys::DriverApi& api, int ordinal, const DeviceOpt
     check(api_.device_primary_ctx_retain(&context_, device_), "cuDevicePrimaryCtxRetain");
     try {
         bind();
+        check(api_.ctx_get_stream_priority_range(&priority_low_, &priority_high_), "cuCtxGetStreamPriorityRange");
         sys::Stream handle = nullptr;
         check(api_.stream_create_with_priority(&handle, sys::kStreamNonBlocking, 0), "cuStreamCreateWithPriority");
-        auto state = std::make_shared<StreamState>(*this, handle, /*owned=*/true, 0);
+        auto state = std::make_shared<StreamState>(*this, handle, StreamOwnership::owned, 0);
         default_stream_ = std::make_unique<Stream>(nullptr, std::move(state), nullptr);
         memory_ = make_memory_source(*this, options);
     } catch (...) {
@@ -50,12 +52,18 @@ DeviceState::~DeviceState() {
     bind();
     default_stream_.reset();
     memory_.reset();
+    streams_.clear();
     events_.clear();
     if (const sys::Result r = api_.device_primary_ctx_release(device_); r != sys::kSuccess) {
         // Nothing left to defer to: the device is gone.
         (void)r;
     }
     if (current_.context == context_) current_ = {};
+}
+
+int DeviceState::clamp_priority(int priority) const noexcept {
+    // Note: CUDA's "greatest" priority is the numerically smallest value.
+    return std::clamp(priority, std::min(priority_low_, priority_high_), std::max(priority_low_, priority_high_));
 }
 
 void DeviceState::bind_slow() const {

@@ -18,6 +18,33 @@ namespace cudarc::detail {
 
 class StreamState;
 
+// Who destroys a stream handle.
+enum class StreamOwnership {
+    owned,    // created for one Stream object, destroyed with it
+    pooled,   // taken from the device's pool by fork(), returned to it on join
+    foreign,  // wrapped; never destroyed by cudarc
+};
+
+// Streams handed to forked children. Note: creating and destroying a stream costs microseconds; reusing
+// one keeps fork + join at the cost of two event records and two waits. A returned stream may still have
+// queued work: a new child waits for its own parent first, and the old work only adds ordering, never
+// removes it.
+class StreamPool {
+public:
+    explicit StreamPool(DeviceState& device) noexcept : device_(device) {}
+    StreamPool(const StreamPool&) = delete;
+    StreamPool& operator=(const StreamPool&) = delete;
+    ~StreamPool();
+    [[nodiscard]] sys::Stream acquire(int priority);
+    void release(sys::Stream stream, int priority) noexcept;
+    void clear() noexcept;
+
+private:
+    DeviceState& device_;
+    std::mutex mutex_;
+    std::vector<std::pair<int, sys::Stream>> free_;  // (priority, stream)
+};
+
 class DeviceState : public std::enable_shared_from_this<DeviceState> {
 public:
     DeviceState(const sys::DriverApi& api, int ordinal, const DeviceOptions& options);
@@ -47,6 +74,9 @@ public:
     [[nodiscard]] sys::Context context() const noexcept { return context_; }
     [[nodiscard]] AtomicCounters& counters() noexcept { return counters_; }
     [[nodiscard]] EventPool& events() noexcept { return events_; }
+    [[nodiscard]] StreamPool& streams() noexcept { return streams_; }
+    // `priority` clamped to the device's range (read once at open).
+    [[nodiscard]] int clamp_priority(int priority) const noexcept;
     [[nodiscard]] MemoryResource& memory() noexcept { return *memory_; }
     [[nodiscard]] Stream& default_stream() noexcept { return *default_stream_; }
     [[nodiscard]] const std::shared_ptr<StreamState>& default_stream_state() const noexcept;
@@ -77,6 +107,9 @@ private:
     sys::Context context_ = nullptr;
     AtomicCounters counters_;
     EventPool events_{*this};
+    StreamPool streams_{*this};
+    int priority_low_ = 0;   // numerically largest: least urgent
+    int priority_high_ = 0;  // numerically smallest: most urgent
     std::unique_ptr<MemoryResource> memory_;
     std::unique_ptr<Stream> default_stream_;
     std::mutex deferred_mutex_;
@@ -86,15 +119,15 @@ private:
 // A stream's state, shared by its Stream object and every buffer that used it.
 class StreamState : public std::enable_shared_from_this<StreamState> {
 public:
-    StreamState(DeviceState& device, sys::Stream handle, bool owned, int priority) noexcept
-        : device_(device), handle_(handle), owned_(owned), priority_(priority) {}
+    StreamState(DeviceState& device, sys::Stream handle, StreamOwnership ownership, int priority) noexcept
+        : device_(device), handle_(handle), ownership_(ownership), priority_(priority) {}
     StreamState(const StreamState&) = delete;
     StreamState& operator=(const StreamState&) = delete;
     ~StreamState();
 
     [[nodiscard]] DeviceState& device() const noexcept { return device_; }
     [[nodiscard]] sys::Stream handle() const noexcept { return handle_; }
-    [[nodiscard]] bool owned() const noexcept { return owned_; }
+    [[nodiscard]] StreamOwnership ownership() const noexcept { return ownership_; }
     [[nodiscard]] int priority() const noexcept { return priority_; }
 
     // A pooled event that completes when everything submitted to this stream so far has completed. After
@@ -111,7 +144,7 @@ public:
 private:
     DeviceState& device_;
     sys::Stream handle_;
-    bool owned_;
+    StreamOwnership ownership_;
     int priority_;
     mutable std::mutex mutex_;  // guards retirement against a concurrent mark() from another thread
     bool retired_ = false;

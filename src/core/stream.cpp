@@ -56,6 +56,44 @@ void StreamState::retire(sys::Event final_event) noexcept {
     final_event_ = final_event;
 }
 
+StreamPool::~StreamPool() { clear(); }
+
+sys::Stream StreamPool::acquire(int priority) {
+    {
+        std::lock_guard lock(mutex_);
+        for (auto it = free_.rbegin(); it != free_.rend(); ++it) {
+            if (it->first == priority) {
+                const sys::Stream stream = it->second;
+                free_.erase(std::next(it).base());
+                return stream;
+            }
+        }
+    }
+    device_.bind();
+    sys::Stream stream = nullptr;
+    device_.check(device_.api().stream_create_with_priority(&stream, sys::kStreamNonBlocking, priority),
+                  "cuStreamCreateWithPriority");
+    return stream;
+}
+
+void StreamPool::release(sys::Stream stream, int priority) noexcept {
+    try {
+        std::lock_guard lock(mutex_);
+        free_.emplace_back(priority, stream);
+    } catch (...) {
+        device_.defer(device_.api().stream_destroy(stream), "cuStreamDestroy");
+    }
+}
+
+void StreamPool::clear() noexcept {
+    std::vector<std::pair<int, sys::Stream>> streams;
+    {
+        std::lock_guard lock(mutex_);
+        streams.swap(free_);
+    }
+    for (const auto& entry : streams) device_.defer(device_.api().stream_destroy(entry.second), "cuStreamDestroy");
+}
+
 }  // namespace detail
 
 using detail::DeviceState;
@@ -63,21 +101,13 @@ using detail::StreamState;
 
 namespace {
 
-int clamp_priority(const DeviceState& device, int priority) {
-    int least = 0;
-    int greatest = 0;
-    device.check(device.api().ctx_get_stream_priority_range(&least, &greatest), "cuCtxGetStreamPriorityRange");
-    // Note: in CUDA "greatest" priority is the numerically smallest value.
-    return std::clamp(priority, std::min(least, greatest), std::max(least, greatest));
-}
-
 std::shared_ptr<StreamState> create_stream_state(DeviceState& device, const StreamOptions& options) {
     device.bind();
-    const int priority = clamp_priority(device, options.priority);
+    const int priority = device.clamp_priority(options.priority);
     sys::Stream handle = nullptr;
     device.check(device.api().stream_create_with_priority(&handle, sys::kStreamNonBlocking, priority),
                  "cuStreamCreateWithPriority");
-    return std::make_shared<StreamState>(device, handle, /*owned=*/true, priority);
+    return std::make_shared<StreamState>(device, handle, detail::StreamOwnership::owned, priority);
 }
 
 }  // namespace
@@ -106,7 +136,8 @@ Stream::~Stream() { release(); }
 void Stream::release() noexcept {
     if (!state_) return;
     DeviceState& device = state_->device();
-    if (state_->owned()) {
+    const auto ownership = state_->ownership();
+    if (ownership != detail::StreamOwnership::foreign) {
         // Record where the stream's work ends: a forked child's parent waits for it (the join), and buffers
         // that used this stream order their release after it.
         sys::Event final_event = nullptr;
@@ -119,8 +150,12 @@ void Stream::release() noexcept {
         } catch (...) {
         }
         state_->retire(final_event);
-        // Note: cuStreamDestroy returns at once; work already queued still runs to completion.
-        device.defer(device.api().stream_destroy(state_->handle()), "cuStreamDestroy");
+        if (ownership == detail::StreamOwnership::pooled) {
+            device.streams().release(state_->handle(), state_->priority());
+        } else {
+            // Note: cuStreamDestroy returns at once; work already queued still runs to completion.
+            device.defer(device.api().stream_destroy(state_->handle()), "cuStreamDestroy");
+        }
     }
     parent_.reset();
     state_.reset();
@@ -139,14 +174,24 @@ Stream Stream::wrap(const Device& device, NativeStream foreign) {
     }
     int priority = 0;
     if (state->api().stream_get_priority(foreign, &priority) != sys::kSuccess) priority = 0;
-    return Stream(state, std::make_shared<StreamState>(*state, foreign, /*owned=*/false, priority), nullptr);
+    return Stream(state, std::make_shared<StreamState>(*state, foreign, detail::StreamOwnership::foreign, priority),
+                  nullptr);
 }
 
 Stream Stream::fork(const StreamOptions& options) {
     DeviceState& device = state_->device();
-    auto child = create_stream_state(device, options);
+    const int priority = device.clamp_priority(options.priority);
+    sys::Stream handle = device.streams().acquire(priority);
+    std::shared_ptr<StreamState> child;
+    try {
+        child = std::make_shared<StreamState>(device, handle, detail::StreamOwnership::pooled, priority);
+    } catch (...) {
+        device.streams().release(handle, priority);
+        throw;
+    }
+    // From here the Stream owns the handle: its destructor returns it to the pool.
     Stream stream(device.shared_from_this(), child, state_);
-    state_->order_before(child->handle());
+    state_->order_before(handle);
     return stream;
 }
 
@@ -181,7 +226,7 @@ bool Stream::query() const {
 }
 
 NativeStream Stream::native() const noexcept { return state_->handle(); }
-bool Stream::owned() const noexcept { return state_->owned(); }
+bool Stream::owned() const noexcept { return state_->ownership() != detail::StreamOwnership::foreign; }
 int Stream::priority() const { return state_->priority(); }
 int Stream::device_ordinal() const noexcept { return state_->device().ordinal(); }
 Device Stream::device() const { return Device(state_->device().shared_from_this()); }
