@@ -68,7 +68,7 @@ TEST_CASE("core.copies_round_trip_random_data") {
         // Sub-views: copy the second half of a over the first half of b.
         if (n >= 2) {
             const std::size_t half = n / 2;
-            copy(stream, b.view(0, half), std::as_const(a).view(n - half, half));
+            copy(stream, b.view(0, half), a.view(n - half, half));
             auto expected = host;
             std::copy(host.end() - static_cast<std::ptrdiff_t>(half), host.end(), expected.begin());
             CHECK(bitwise_equal(b.to_vector(stream), expected));
@@ -97,7 +97,7 @@ TEST_CASE("core.bad_input_is_rejected_and_changes_nothing") {
     CHECK_THROWS_WITH_AS(copy(stream, a.view(), std::span<const float>(wrong_size)), doctest::Contains("size mismatch"),
                          Error);
     auto small = DeviceSlice<float>::zeros(stream, 10);
-    CHECK_THROWS_AS(copy(stream, small.view(), std::as_const(a).view()), Error);
+    CHECK_THROWS_AS(copy(stream, small.view(), a.view()), Error);
     CHECK_THROWS_AS((void)a.view(90, 11), Error);
     CHECK(bitwise_equal(a.to_vector(stream), host));  // nothing was written
 }
@@ -118,7 +118,7 @@ TEST_CASE("core.pageable_copy_adds_no_synchronize") {
     // Page-locked destination through the blocking API: the copy does not block, so one synchronize.
     PinnedBuffer<float> pinned(device, host.size());
     before = device.counters();
-    copy(stream, pinned.span(), std::as_const(a).view());
+    copy(stream, pinned.span(), a.view());
     delta = device.counters() - before;
     CHECK(delta.stream_synchronizes == 1);
     CHECK(delta.blocking_copies == 0);
@@ -127,7 +127,7 @@ TEST_CASE("core.pageable_copy_adds_no_synchronize") {
     // Asynchronous copy into pinned memory: nothing blocks until synchronize().
     std::fill(pinned.span().begin(), pinned.span().end(), test::poison_float());
     before = device.counters();
-    pinned.copy_from_device_async(stream, std::as_const(a).view());
+    pinned.copy_from_device_async(stream, a.view());
     CHECK((device.counters() - before).host_blocking_calls() == 0);
     pinned.synchronize();
     CHECK((device.counters() - before).event_synchronizes == 1);
@@ -222,7 +222,7 @@ TEST_CASE("core.write_after_read_across_streams_waits_for_the_reader") {
     auto snapshot = DeviceSlice<float>::zeros(reader, n);
 
     spin.launch(reader, spin.cycles_for_ms(100));
-    copy(reader, snapshot.view(), std::as_const(source).view());  // reads `source` behind the spin
+    copy(reader, snapshot.view(), source.view());  // reads `source` behind the spin
     const auto overwrite = test::random_floats(n);
     source.copy_from_host(writer, overwrite);  // must wait for the pending read
     CHECK(bitwise_equal(snapshot.to_vector(reader), original));
@@ -237,8 +237,8 @@ TEST_CASE("core.single_stream_records_nothing_and_waits_for_nothing") {
     auto a = DeviceSlice<float>::from_host(stream, host);
     auto b = DeviceSlice<float>::zeros(stream, host.size());
     for (int i = 0; i < 10; ++i) {
-        copy(stream, b.view(), std::as_const(a).view());
-        copy(stream, a.view(), std::as_const(b).view());
+        copy(stream, b.view(), a.view());
+        copy(stream, a.view(), b.view());
     }
     const auto back = b.to_vector(stream);
     const auto delta = device.counters() - before;
@@ -259,7 +259,7 @@ TEST_CASE("core.free_is_ordered_after_a_use_on_another_stream") {
     {
         auto doomed = DeviceSlice<float>::from_host(home, old_values);
         spin.launch(other, spin.cycles_for_ms(150));
-        copy(other, snapshot.view(), std::as_const(doomed).view());  // reads behind the spin
+        copy(other, snapshot.view(), doomed.view());  // reads behind the spin
     }  // freed while the read is pending
     // New memory of the same size on the home stream, written at once: must not clobber the pending read.
     auto reuse = DeviceSlice<float>::from_host(home, std::vector<float>(n, -7.0f));

@@ -41,7 +41,7 @@ TEST_CASE("core.driver_override_path_that_does_not_exist") {
     CHECK_FALSE(cudarc::sys::load_cuda_driver(api, why));
     CHECK(why.find("/nonexistent/dir/libcuda.so.1") != std::string::npos);
     CHECK(why.find("CUDARC_CUDA_DRIVER") != std::string::npos);
-    CHECK(api.init == nullptr);  // nothing half-filled
+    CHECK((api.init == nullptr));  // nothing half-filled
 }
 
 TEST_CASE("core.driver_override_that_is_not_a_cuda_driver") {
