@@ -156,11 +156,13 @@ void copy_device_to_host(Stream& stream, void* dst, Buffer& src, DevicePtr src_p
     // Note: into pageable memory the "async" copy returns only once the data is there, so a synchronize
     // would be redundant. Only page-locked memory needs one.
     unsigned memory_type = 0;
+    int attribute = sys::kPointerAttributeMemoryType;
+    void* data[] = {&memory_type};
     const bool page_locked =
-        api.pointer_get_attribute == nullptr ||
-        (api.pointer_get_attribute(&memory_type, sys::kPointerAttributeMemoryType,
-                                   static_cast<DevicePtr>(reinterpret_cast<std::uintptr_t>(dst))) == sys::kSuccess &&
-         memory_type == sys::kMemoryTypeHost);
+        api.pointer_get_attributes == nullptr ||
+        api.pointer_get_attributes(1, &attribute, data, static_cast<DevicePtr>(reinterpret_cast<std::uintptr_t>(dst))) !=
+            sys::kSuccess ||
+        memory_type != 0;
     if (page_locked) {
         device.check(api.stream_synchronize(stream.native()), "cuStreamSynchronize");
         AtomicCounters::bump(device.counters().stream_synchronizes);

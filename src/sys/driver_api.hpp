@@ -185,9 +185,10 @@ struct DriverApi {
     Result (*memcpy_dtod_async)(DevicePtr dst, DevicePtr src, std::size_t bytes, Stream stream) = nullptr;
     Result (*memset_d8_async)(DevicePtr dst, unsigned char value, std::size_t count, Stream stream) = nullptr;
     Result (*memset_d32_async)(DevicePtr dst, unsigned value, std::size_t count, Stream stream) = nullptr;
-    // cuPointerGetAttribute; with kPointerAttributeMemoryType it tells page-locked host memory (kMemoryTypeHost)
-    // from pageable memory (an error result). Null: treat every host pointer as page-locked.
-    Result (*pointer_get_attribute)(void* data, int attribute, DevicePtr ptr) = nullptr;
+    // cuPointerGetAttributes: with kPointerAttributeMemoryType it tells page-locked host memory
+    // (kMemoryTypeHost) from pageable memory (0). Unlike the singular form it reports an unknown pointer
+    // as success with zeroed values, not as an error. Null: treat every host pointer as page-locked.
+    Result (*pointer_get_attributes)(unsigned count, int* attributes, void** data, DevicePtr ptr) = nullptr;
 
     // Modules and launches
     Result (*module_load_data)(Module* module, const void* image) = nullptr;

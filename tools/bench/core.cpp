@@ -42,11 +42,20 @@ int run_core(const Options& options) {
             api.event_record(event, parent.native());
             api.stream_wait_event(other, event, 0);
         }, sync_parent));
+        // The driver calls a fork + join must make: record + wait each way.
+        const auto raw_pair = median(time_rounds_us(warmups, rounds, kIterations, [&] {
+            api.event_record(event, parent.native());
+            api.stream_wait_event(other, event, 0);
+            api.event_record(event, other);
+            api.stream_wait_event(parent.native(), event, 0);
+        }, sync_parent));
         api.event_destroy(event);
         api.stream_destroy(other);
         report("fork + join pair", fork_join, "us", "target <= 1 us");
         report("raw cuEventRecord + cuStreamWaitEvent", raw, "us", "");
-        report("fork+join / raw record+wait", fork_join / raw, "x", "a pair is two record+wait");
+        report("raw record + wait, both ways", raw_pair, "us", "the driver calls fork + join make");
+        report("fork+join / raw record+wait", fork_join / raw, "x", "");
+        report("fork+join / raw both ways", fork_join / raw_pair, "x", "cudarc's own overhead");
     }
 
     // 2. Small work + 4-byte readback: with an extra synchronize vs without (the copy already blocks).
