@@ -1,0 +1,132 @@
+// cudarc::launch — typed, hazard-aware kernel launches; cudarc::launch_dynamic for signatures known at run
+// time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <type_traits>
+#include <utility>
+
+#include "cudarc/detail/launch_args.hpp"
+#include "cudarc/kernel.hpp"
+#include "cudarc/launch_config.hpp"
+#include "cudarc/slice.hpp"
+#include "cudarc/stream.hpp"
+
+namespace cudarc {
+
+// Launches `kernel` on `stream`. Arguments are checked against the kernel's signature at compile time:
+//  - a DeviceSlice<T>& or DeviceView<T> passes as T* (the kernel writes it) or as const T* (it reads it);
+//    a const DeviceSlice<T> or a DeviceView<const T> passes only as const T*;
+//  - a raw pointer or nullptr passes as is, untracked (see DeviceSlice::record_stream);
+//  - a value converts to the parameter's exact type.
+// Every slice/view argument feeds hazard tracking: the launch waits for earlier conflicting work on other
+// streams (read after write, write after read or write); on a single stream nothing is recorded or waited
+// for. Throws cudarc::Error for a stream, kernel or buffer of different devices (leaving everything as it
+// was) and for a failing launch.
+template <typename... Params, typename... Args>
+void launch(Stream& stream, const LaunchConfig& config, const Kernel<void(Params...)>& kernel,
+            Args&&... args) {
+    static_assert(sizeof...(Args) >= sizeof...(Params),
+                  "cudarc::launch: too few arguments for the kernel's signature (Kernel<void(Params...)>)");
+    static_assert(sizeof...(Args) <= sizeof...(Params),
+                  "cudarc::launch: too many arguments for the kernel's signature (Kernel<void(Params...)>)");
+    if constexpr (sizeof...(Args) == sizeof...(Params)) {
+        constexpr bool accepted = detail::arguments_accepted(
+            detail::TypeList<Params...>{}, detail::TypeList<Args&&...>{}, std::index_sequence_for<Args...>{});
+        if constexpr (accepted) {
+            detail::PackedArguments<void(Params...), Args&&...> packed(std::forward<Args>(args)...);
+            detail::launch_packed(stream, config, kernel.function(), packed.parameters(), packed.accesses(),
+                                  packed.access_count());
+        }
+    }
+}
+
+// One argument of a dynamic launch: its bytes, and for a slice or view the buffer it reads or writes.
+// Values up to kInlineBytes are copied in (so `KernelArg::value(3)` is safe); larger ones are referenced
+// and must outlive the launch call.
+class KernelArg {
+  public:
+    static constexpr std::size_t kInlineBytes = 64;
+
+    // A value parameter (a number, an enum, a trivially copyable struct), passed as its exact bytes.
+    template <typename T>
+    requires(std::is_trivially_copyable_v<T> && !std::is_pointer_v<T> && !detail::is_slice_or_view_v<T>)
+        [[nodiscard]] static KernelArg value(const T& v) noexcept {
+        KernelArg arg;
+        arg.bytes_ = sizeof(T);
+        if constexpr (sizeof(T) <= kInlineBytes) {
+            std::memcpy(arg.inline_, &v, sizeof(T));
+        } else {
+            arg.external_ = &v;
+        }
+        return arg;
+    }
+    template <typename T>
+    requires(sizeof(T) > kInlineBytes) static KernelArg
+        value(const T&& v) = delete;  // a large temporary would dangle
+
+    // A buffer the kernel writes (a T* parameter).
+    template <typename T>
+    [[nodiscard]] static KernelArg writes(DeviceView<T> view) noexcept {
+        static_assert(!std::is_const_v<T>,
+                      "KernelArg::writes needs a writable view (DeviceView<const T> given)");
+        return buffer(view.buffer(), view.device_ptr(), detail::Access::write);
+    }
+    template <typename T>
+    [[nodiscard]] static KernelArg writes(DeviceSlice<T>& slice) noexcept {
+        return writes(slice.view());
+    }
+    // A buffer the kernel only reads (a const T* parameter).
+    template <typename T>
+    [[nodiscard]] static KernelArg reads(DeviceView<T> view) noexcept {
+        return buffer(view.buffer(), view.device_ptr(), detail::Access::read);
+    }
+    template <typename T>
+    [[nodiscard]] static KernelArg reads(const DeviceSlice<T>& slice) noexcept {
+        return reads(slice.view());
+    }
+    // A raw device address, untracked.
+    [[nodiscard]] static KernelArg pointer(DevicePtr address) noexcept {
+        KernelArg arg;
+        arg.bytes_ = sizeof(DevicePtr);
+        std::memcpy(arg.inline_, &address, sizeof(address));
+        return arg;
+    }
+    template <typename T>
+    [[nodiscard]] static KernelArg pointer(T* address) noexcept {
+        return pointer(static_cast<DevicePtr>(reinterpret_cast<std::uintptr_t>(address)));
+    }
+
+    // The bytes the kernel receives.
+    [[nodiscard]] const void* data() const noexcept { return external_ != nullptr ? external_ : inline_; }
+    [[nodiscard]] std::size_t size() const noexcept { return bytes_; }
+    // For a slice or view: its buffer and how the kernel uses it; null otherwise.
+    [[nodiscard]] detail::Buffer* tracked_buffer() const noexcept { return buffer_; }
+    [[nodiscard]] detail::Access access() const noexcept { return access_; }
+
+  private:
+    KernelArg() = default;
+    static KernelArg buffer(detail::Buffer& buffer, DevicePtr address, detail::Access access) noexcept {
+        KernelArg arg = pointer(address);
+        arg.buffer_ = &buffer;
+        arg.access_ = access;
+        return arg;
+    }
+
+    alignas(16) unsigned char inline_[kInlineBytes] = {};
+    const void* external_ = nullptr;
+    std::size_t bytes_ = 0;
+    detail::Buffer* buffer_ = nullptr;
+    detail::Access access_ = detail::Access::read;
+};
+
+// Launches `function` with arguments whose types are known only at run time. Where the driver can tell
+// (CUDA 12.4 and newer) the argument count and each argument's size are checked against the kernel's
+// parameters, with an error naming the first mismatch; hazard tracking works as for cudarc::launch.
+void launch_dynamic(Stream& stream, const LaunchConfig& config, const Function& function,
+                    std::span<const KernelArg> args);
+
+}  // namespace cudarc

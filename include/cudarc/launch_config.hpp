@@ -1,0 +1,94 @@
+// cudarc::LaunchConfig — the grid, block, dynamic shared memory and launch attributes of one kernel launch.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+
+#include "cudarc/error.hpp"
+
+namespace cudarc {
+
+class Device;
+class Function;
+
+// Three extents (grid, block or cluster). Not an aggregate on purpose: `LaunchConfig{1024, 256}` must mean
+// "1024 blocks of 256 threads", which brace elision over an aggregate would turn into grid {1024, 256, 1}.
+struct Dim3 {
+    constexpr Dim3(unsigned x_ = 1, unsigned y_ = 1,
+                   unsigned z_ = 1) noexcept  // NOLINT(google-explicit-constructor)
+        : x(x_), y(y_), z(z_) {}
+
+    [[nodiscard]] constexpr unsigned long long volume() const noexcept {
+        return static_cast<unsigned long long>(x) * y * z;
+    }
+    friend constexpr bool operator==(const Dim3&, const Dim3&) = default;
+
+    unsigned x;
+    unsigned y;
+    unsigned z;
+};
+
+// Whether all blocks of a launch are guaranteed to be resident at once (grid-wide synchronization).
+enum class Cooperative : bool { no, yes };
+
+// The shape of a device, as far as choosing a grid goes.
+struct DeviceShape {
+    unsigned multiprocessors = 0;
+    unsigned max_threads_per_multiprocessor = 0;
+};
+
+// How to launch a kernel. `LaunchConfig{grid, block}` or `LaunchConfig{grid, block, shared_mem_bytes}`;
+// attributes are added with the `with_` calls:
+//
+//     launch(stream, LaunchConfig{blocks, 256}.with_cluster({2}), kernel, ...);
+//
+// Note: without attributes a launch is a plain cuLaunchKernel; only a cluster or a cooperative launch takes
+// the cuLaunchKernelEx path, so the common case stays as cheap as the raw driver call.
+struct LaunchConfig {
+    Dim3 grid = Dim3{};
+    Dim3 block = Dim3{};
+    // Dynamic shared memory per block. Above 48 KB the kernel must first allow it:
+    // Function::set_max_dynamic_shared_memory.
+    unsigned shared_mem_bytes = 0;
+    // Thread block cluster dimensions (sm_90 and newer); the grid must be a multiple of them.
+    std::optional<Dim3> cluster = std::nullopt;
+    Cooperative cooperative = Cooperative::no;
+
+    [[nodiscard]] constexpr LaunchConfig with_shared_memory(unsigned bytes) const noexcept {
+        LaunchConfig copy = *this;
+        copy.shared_mem_bytes = bytes;
+        return copy;
+    }
+    [[nodiscard]] constexpr LaunchConfig with_cluster(Dim3 dims) const noexcept {
+        LaunchConfig copy = *this;
+        copy.cluster = dims;
+        return copy;
+    }
+    [[nodiscard]] constexpr LaunchConfig with_cooperative(
+        Cooperative value = Cooperative::yes) const noexcept {
+        LaunchConfig copy = *this;
+        copy.cooperative = value;
+        return copy;
+    }
+    // True when the launch needs cuLaunchKernelEx.
+    [[nodiscard]] constexpr bool has_attributes() const noexcept {
+        return cluster.has_value() || cooperative == Cooperative::yes;
+    }
+
+    // A one-dimensional launch for a grid-stride kernel over `n` elements: blocks of `block_size` threads,
+    // one block per `block_size` elements, but no more blocks than the device runs at once (extra blocks
+    // would only queue; a grid-stride loop covers the rest). At least one block, so n == 0 is a valid
+    // launch. Throws cudarc::Error for a block size the device does not support.
+    [[nodiscard]] static LaunchConfig for_elements(std::size_t n, const Device& device,
+                                                   unsigned block_size = 256);
+    // The same, with the block limit taken from the kernel's occupancy (registers and static shared memory
+    // can allow fewer resident blocks than the thread count suggests).
+    [[nodiscard]] static LaunchConfig for_elements(std::size_t n, const Function& function,
+                                                   unsigned block_size = 256);
+    // The arithmetic behind for_elements, for a given device shape (no driver call). `blocks_per_sm` of 0
+    // means "as many as the thread limit allows".
+    [[nodiscard]] static LaunchConfig for_elements(std::size_t n, DeviceShape shape, unsigned block_size,
+                                                   unsigned blocks_per_sm = 0);
+};
+
+}  // namespace cudarc
