@@ -1,0 +1,46 @@
+// cudarc::CompileOptions — how a kernel source is compiled at run time (NVRTC or hiprtc).
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cudarc/error.hpp"
+
+namespace cudarc {
+
+struct CompileOptions {
+    // Target architecture. Its form picks the output:
+    //   "sm_90" (also "sm_90a")  -> CUBIN for exactly that GPU
+    //   "compute_90"             -> PTX, which the driver JIT-compiles for any newer GPU
+    //   "gfx90a"                 -> an AMD code object (backend hip)
+    // Empty is not compiled: whoever knows the device (Module loading) fills in its exact arch.
+    std::string arch;
+    std::string cpp_standard = "c++17";
+    // -D name=value; an empty value defines the name alone (-D name).
+    std::vector<std::pair<std::string, std::string>> defines;
+    std::vector<std::string> include_paths;
+    // Headers held in memory: {include name, text}. Every shipped kernels/*.cuh is added
+    // automatically; a header given here with the same name replaces the shipped one.
+    std::vector<std::pair<std::string, std::string>> headers;
+    bool fast_math = false;
+    bool line_info = false;
+    int max_registers = 0;  // 0: the compiler chooses
+    // Passed to the compiler verbatim, after everything above.
+    std::vector<std::string> extra;
+    Backend backend = Backend::cuda;
+};
+
+// What a compile produces, as decided by CompileOptions::arch.
+enum class CodeFormat { ptx, cubin, amd_code_object };
+
+[[nodiscard]] const char* to_string(CodeFormat format) noexcept;
+
+// The format `arch` compiles to for `backend`; throws cudarc::Error when `arch` is not an
+// architecture name of that backend (e.g. "sm90", "gfx90a" on CUDA, empty).
+[[nodiscard]] CodeFormat code_format_for(const std::string& arch, Backend backend);
+
+// "sm_90" for compute capability 9.0: the exact architecture of a CUDA device.
+[[nodiscard]] std::string cuda_arch_name(int major, int minor);
+
+}  // namespace cudarc

@@ -1,0 +1,86 @@
+// cudarc::KernelCache — compiled kernels kept in memory (per process) and on disk (across
+// processes), so that a program's second start loads its kernels in milliseconds.
+//
+// The key is a 128-bit hash of everything that decides the compiler's output: the source text and
+// name, every in-memory header (name and text), the rendered options (arch included), the name
+// expressions, and the compiler (backend, version, library path, size and modification time).
+// Change any of them and the old entry is simply never looked up again.
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cudarc/compile_options.hpp"
+#include "cudarc/nvrtc.hpp"
+
+namespace cudarc {
+
+// Where a cached compile's result came from.
+enum class CacheSource { compiled, memory, disk };
+
+[[nodiscard]] const char* to_string(CacheSource source) noexcept;
+
+struct CachedProgram {
+    CompiledProgram program;
+    CacheSource source = CacheSource::compiled;
+    std::string key;             // the key as 32 hex digits
+    std::filesystem::path file;  // the disk entry's path; empty when the disk cache is off
+    // Why the disk cache was not used or not updated, when that happened: a damaged file that was
+    // ignored and rewritten, a folder that cannot be written. Empty normally.
+    std::string disk_note;
+};
+
+class KernelCache {
+  public:
+    // A cache whose disk entries live in `directory` (created on first write); memory-only when
+    // `directory` is nullopt.
+    explicit KernelCache(std::optional<std::filesystem::path> directory);
+    KernelCache(const KernelCache&) = delete;
+    KernelCache& operator=(const KernelCache&) = delete;
+    ~KernelCache();
+
+    // The process-wide cache that compile_cached() uses; its folder is read from the environment
+    // on first use (see directory_from_environment()).
+    [[nodiscard]] static KernelCache& process_cache();
+
+    // $CUDARC_CACHE_DIR, else $XDG_CACHE_HOME/cudarc, else $HOME/.cache/cudarc; nullopt (no disk
+    // cache) when CUDARC_CACHE_DIR is "off" or no folder can be derived.
+    [[nodiscard]] static std::optional<std::filesystem::path> directory_from_environment();
+    // The same rule over given values (empty means unset), for tests and tools.
+    [[nodiscard]] static std::optional<std::filesystem::path> directory_from(
+        std::string_view cudarc_cache_dir, std::string_view xdg_cache_home, std::string_view home);
+
+    // The compiled program for (program, options): from memory, else from disk, else compiled now
+    // and stored in both. Throws what Program::compile throws; disk problems never throw (they are
+    // reported in CachedProgram::disk_note and the compile goes ahead). Thread-safe.
+    [[nodiscard]] CachedProgram compile(const Program& program, const CompileOptions& options);
+
+    // The key (32 hex digits) and disk path compile() would use. Loads the compiler (its version
+    // is part of the key); throws cudarc::Error for options that cannot be compiled.
+    [[nodiscard]] std::string key(const Program& program, const CompileOptions& options) const;
+    [[nodiscard]] std::optional<std::filesystem::path> file_for(const Program& program,
+                                                                const CompileOptions& options) const;
+
+    // Forgets the in-memory entries (the disk stays): what a fresh process would see.
+    void clear_memory() noexcept;
+    [[nodiscard]] std::size_t memory_entries() const;
+    [[nodiscard]] const std::optional<std::filesystem::path>& directory() const noexcept;
+
+  private:
+    struct State;
+    std::unique_ptr<State> state_;
+};
+
+// KernelCache::process_cache().compile(program, options).
+[[nodiscard]] CachedProgram compile_cached(const Program& program, const CompileOptions& options);
+
+// The cached compile of a file shipped under kernels/, e.g. compile_embedded_cached("bench.cu", options).
+[[nodiscard]] CachedProgram compile_embedded_cached(std::string_view file_name, const CompileOptions& options,
+                                                    const std::vector<std::string>& name_expressions = {});
+
+}  // namespace cudarc

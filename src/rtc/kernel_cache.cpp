@@ -1,0 +1,216 @@
+// KernelCache: memory map + disk folder in front of Program::compile.
+#include "cudarc/kernel_cache.hpp"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <mutex>
+#include <unordered_map>
+
+#include "rtc/cache_file.hpp"
+#include "rtc/compiler_arguments.hpp"
+#include "rtc/hash128.hpp"
+#include "sys/dynamic_library.hpp"
+#include "sys/rtc_api.hpp"
+
+namespace cudarc {
+namespace {
+
+// Bump when what goes into the key changes meaning, so that old entries are never matched.
+constexpr std::string_view kKeySchema = "cudarc kernel cache key v1";
+
+struct HashOfHash {
+    std::size_t operator()(const rtc::Hash128& h) const noexcept {
+        return static_cast<std::size_t>(h.low ^ h.high);
+    }
+};
+
+// The compiler's identity: a patched NVRTC installed in place keeps its path and version but may
+// generate different code, so the file's size and modification time are part of it too.
+void hash_compiler(rtc::Fnv1a128& hash, const sys::RtcApi& api) {
+    int major = 0;
+    int minor = 0;
+    if (api.version != nullptr) static_cast<void>(api.version(&major, &minor));
+    hash.field(api.backend == Backend::hip ? "hip" : "cuda")
+        .field(static_cast<std::uint64_t>(major))
+        .field(static_cast<std::uint64_t>(minor))
+        .field(api.library_path);
+    struct stat info {};
+    if (::stat(api.library_path.c_str(), &info) == 0) {
+        hash.field(static_cast<std::uint64_t>(info.st_size))
+            .field(static_cast<std::uint64_t>(info.st_mtim.tv_sec))
+            .field(static_cast<std::uint64_t>(info.st_mtim.tv_nsec));
+    }
+}
+
+rtc::Hash128 compute_key(const Program& program, const CompileOptions& options) {
+    const std::vector<std::string> arguments = rtc::compiler_arguments(options);  // throws for bad options
+    const sys::RtcApi& api = sys::rtc(options.backend);
+    rtc::Fnv1a128 hash;
+    hash.field(kKeySchema);
+    hash_compiler(hash, api);
+    hash.field(options.arch);
+    hash.field(program.name()).field(program.source());
+    const auto headers = rtc::headers_for(options);
+    hash.field(static_cast<std::uint64_t>(headers.size()));
+    for (const auto& [name, text] : headers) hash.field(name).field(text);
+    hash.field(static_cast<std::uint64_t>(arguments.size()));
+    for (const auto& argument : arguments) hash.field(argument);
+    std::vector<std::string> expressions = program.name_expressions();
+    std::sort(expressions.begin(), expressions.end());
+    hash.field(static_cast<std::uint64_t>(expressions.size()));
+    for (const auto& expression : expressions) hash.field(expression);
+    return hash.digest();
+}
+
+std::filesystem::path entry_path(const std::filesystem::path& directory, const rtc::Hash128& key) {
+    return directory / (key.hex() + ".kernel");
+}
+
+}  // namespace
+
+const char* to_string(CacheSource source) noexcept {
+    switch (source) {
+        case CacheSource::compiled:
+            return "compiled";
+        case CacheSource::memory:
+            return "memory";
+        case CacheSource::disk:
+            return "disk";
+    }
+    return "unknown";
+}
+
+struct KernelCache::State {
+    std::optional<std::filesystem::path> directory;
+    mutable std::mutex mutex;
+    // Note: shared_ptr so that a hit copies out under the lock without the map's node staying
+    // borrowed, and clear_memory() cannot pull an entry from under a reader.
+    std::unordered_map<rtc::Hash128, std::shared_ptr<const CompiledProgram>, HashOfHash> entries;
+};
+
+KernelCache::KernelCache(std::optional<std::filesystem::path> directory) : state_(std::make_unique<State>()) {
+    state_->directory = std::move(directory);
+}
+
+KernelCache::~KernelCache() = default;
+
+KernelCache& KernelCache::process_cache() {
+    static KernelCache cache(directory_from_environment());
+    return cache;
+}
+
+std::optional<std::filesystem::path> KernelCache::directory_from_environment() {
+    return directory_from(sys::env_or_empty("CUDARC_CACHE_DIR"), sys::env_or_empty("XDG_CACHE_HOME"),
+                          sys::env_or_empty("HOME"));
+}
+
+std::optional<std::filesystem::path> KernelCache::directory_from(std::string_view cudarc_cache_dir,
+                                                                 std::string_view xdg_cache_home,
+                                                                 std::string_view home) {
+    if (cudarc_cache_dir == "off") return std::nullopt;
+    if (!cudarc_cache_dir.empty()) return std::filesystem::path(cudarc_cache_dir);
+    // The XDG base directory rules ignore a relative XDG_CACHE_HOME.
+    if (!xdg_cache_home.empty() && xdg_cache_home.front() == '/') {
+        return std::filesystem::path(xdg_cache_home) / "cudarc";
+    }
+    if (!home.empty()) return std::filesystem::path(home) / ".cache" / "cudarc";
+    return std::nullopt;
+}
+
+CachedProgram KernelCache::compile(const Program& program, const CompileOptions& options) {
+    rtc::Hash128 key;
+    try {
+        key = compute_key(program, options);
+    } catch (const CompileError&) {
+        throw;
+    } catch (const Error&) {
+        // Options the compiler cannot take: let Program::compile report them as the CompileError
+        // it would throw uncached (a compiler that cannot be loaded throws from there as well).
+        static_cast<void>(program.compile(options));
+        throw;
+    }
+
+    CachedProgram out;
+    out.key = key.hex();
+    {
+        std::lock_guard lock(state_->mutex);
+        const auto found = state_->entries.find(key);
+        if (found != state_->entries.end()) {
+            out.program = *found->second;
+            out.source = CacheSource::memory;
+            if (state_->directory) out.file = entry_path(*state_->directory, key);
+            return out;
+        }
+    }
+
+    if (state_->directory) {
+        out.file = entry_path(*state_->directory, key);
+        std::string why;
+        if (auto stored = rtc::read_cache_file(out.file, key, why)) {
+            auto entry = std::make_shared<const CompiledProgram>(std::move(*stored));
+            out.program = *entry;
+            out.source = CacheSource::disk;
+            std::lock_guard lock(state_->mutex);
+            state_->entries.emplace(key, std::move(entry));
+            return out;
+        }
+        if (!why.empty())
+            out.disk_note = "ignored " + out.file.string() + ": " + why + "; recompiled and rewrote it";
+    }
+
+    out.program = program.compile(options);
+    out.source = CacheSource::compiled;
+    if (state_->directory) {
+        std::error_code ec;
+        std::filesystem::create_directories(*state_->directory, ec);
+        std::string why;
+        if (ec) {
+            why = "cannot create " + state_->directory->string() + ": " + ec.message();
+        } else {
+            static_cast<void>(rtc::write_cache_file(out.file, key, out.program, why));
+        }
+        if (!why.empty())
+            out.disk_note += (out.disk_note.empty() ? "" : "; ") + std::string("not stored: ") + why;
+    }
+    std::lock_guard lock(state_->mutex);
+    state_->entries.emplace(key, std::make_shared<const CompiledProgram>(out.program));
+    return out;
+}
+
+std::string KernelCache::key(const Program& program, const CompileOptions& options) const {
+    return compute_key(program, options).hex();
+}
+
+std::optional<std::filesystem::path> KernelCache::file_for(const Program& program,
+                                                           const CompileOptions& options) const {
+    if (!state_->directory) return std::nullopt;
+    return entry_path(*state_->directory, compute_key(program, options));
+}
+
+void KernelCache::clear_memory() noexcept {
+    std::lock_guard lock(state_->mutex);
+    state_->entries.clear();
+}
+
+std::size_t KernelCache::memory_entries() const {
+    std::lock_guard lock(state_->mutex);
+    return state_->entries.size();
+}
+
+const std::optional<std::filesystem::path>& KernelCache::directory() const noexcept {
+    return state_->directory;
+}
+
+CachedProgram compile_cached(const Program& program, const CompileOptions& options) {
+    return KernelCache::process_cache().compile(program, options);
+}
+
+CachedProgram compile_embedded_cached(std::string_view file_name, const CompileOptions& options,
+                                      const std::vector<std::string>& name_expressions) {
+    Program program = Program::embedded(file_name);
+    for (const auto& expression : name_expressions) program.add_name_expression(expression);
+    return compile_cached(program, options);
+}
+
+}  // namespace cudarc

@@ -1,0 +1,298 @@
+// cudarc-nvrtc: compiles one CUDA source file with NVRTC (loaded at run time, as the library does),
+// prints the compiler's log and each kernel's registers and static shared memory, and writes the
+// PTX or CUBIN next to the input.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cudarc/compile_options.hpp"
+#include "cudarc/error.hpp"
+#include "cudarc/nvrtc.hpp"
+#include "cudarc/ptxas_report.hpp"
+#include "sys/driver_api.hpp"
+
+namespace {
+
+constexpr std::string_view kUsage = R"(usage: cudarc-nvrtc FILE.cu [options]
+
+Compiles FILE.cu with NVRTC, prints the compiler's log and, for CUBIN, each kernel's registers and
+static shared memory, and writes FILE.cubin or FILE.ptx next to FILE.cu.
+
+options:
+  --arch ARCH          sm_XY (CUBIN, e.g. sm_90) or compute_XY (PTX, e.g. compute_90);
+                       default: the GPU present (device 0), else sm_90
+  --cubin              write CUBIN (turns a compute_XY arch into sm_XY)
+  --ptx                write PTX (turns an sm_XY arch into compute_XY)
+  -DNAME[=VALUE]       define a macro (also -D NAME[=VALUE])
+  -IDIR                add an include folder (also -I DIR); FILE's own folder is always searched
+  --std=c++NN          C++ standard (default c++17)
+  -e, --name-expression EXPR
+                       instantiate a template, e.g. -e "scale<float>", and print its lowered name
+  -o PATH              write the output to PATH instead
+  -h, --help           show this text
+  any other option starting with '-' goes to NVRTC unchanged, e.g. --use_fast_math,
+  --generate-line-info, --maxrregcount=64 (see NVRTC's documentation for the list)
+
+The kernels shipped with cudarc (kernels/*.cuh) are available to #include by name.
+Exit status: 0 compiled, 1 the compiler rejected the source or options, 2 bad command line.
+)";
+
+enum class Output { from_arch, ptx, cubin };
+
+struct Arguments {
+    std::string file;
+    std::string arch;
+    Output output = Output::from_arch;
+    std::string output_path;
+    cudarc::CompileOptions options;
+    std::vector<std::string> name_expressions;
+    bool help = false;
+};
+
+struct UsageError {
+    std::string message;
+};
+
+// The value of an option given as "--opt=VALUE", "-oVALUE" or "--opt VALUE".
+std::string take_value(const std::vector<std::string>& args, std::size_t& i, std::string_view inline_value,
+                       std::string_view option) {
+    if (!inline_value.empty()) return std::string(inline_value);
+    if (i + 1 >= args.size()) throw UsageError{fmt::format("{} needs a value", option)};
+    return args[++i];
+}
+
+Arguments parse(const std::vector<std::string>& args) {
+    Arguments out;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        const std::string& arg = args[i];
+        const std::string_view view(arg);
+        auto after = [&](std::string_view prefix) { return view.substr(prefix.size()); };
+        if (arg == "-h" || arg == "--help") {
+            out.help = true;
+        } else if (arg == "--ptx") {
+            out.output = Output::ptx;
+        } else if (arg == "--cubin") {
+            out.output = Output::cubin;
+        } else if (arg == "--arch" || arg == "-arch" || view.starts_with("--arch=") ||
+                   view.starts_with("-arch=")) {
+            const auto eq = view.find('=');
+            out.arch = take_value(args, i, eq == std::string_view::npos ? "" : view.substr(eq + 1), "--arch");
+        } else if (view.starts_with("-D")) {
+            const std::string define = take_value(args, i, after("-D"), "-D");
+            const auto eq = define.find('=');
+            out.options.defines.emplace_back(define.substr(0, eq),
+                                             eq == std::string::npos ? std::string() : define.substr(eq + 1));
+        } else if (view.starts_with("-I")) {
+            out.options.include_paths.push_back(take_value(args, i, after("-I"), "-I"));
+        } else if (view.starts_with("--std=") || view.starts_with("-std=")) {
+            out.options.cpp_standard = arg.substr(arg.find('=') + 1);
+        } else if (arg == "-e" || arg == "--name-expression" || view.starts_with("--name-expression=")) {
+            const auto eq = view.find('=');
+            out.name_expressions.push_back(take_value(
+                args, i, eq == std::string_view::npos ? "" : view.substr(eq + 1), "--name-expression"));
+        } else if (arg == "-o") {
+            out.output_path = take_value(args, i, "", "-o");
+        } else if (view.starts_with("-") && view.size() > 1) {
+            out.options.extra.push_back(arg);
+        } else if (out.file.empty()) {
+            out.file = arg;
+        } else {
+            throw UsageError{
+                fmt::format("only one input file is compiled at a time (got {} and {})", out.file, arg)};
+        }
+    }
+    if (!out.help && out.file.empty()) throw UsageError{"no input file"};
+    return out;
+}
+
+// sm_XY of device 0, when a driver and a GPU are present.
+std::optional<std::string> present_gpu_arch() {
+    const cudarc::sys::DriverApi* api = cudarc::sys::driver_if_loaded();
+    if (api == nullptr || api->backend != cudarc::Backend::cuda) return std::nullopt;
+    int count = 0;
+    cudarc::sys::Device device = 0;
+    int major = 0;
+    int minor = 0;
+    if (api->device_get_count(&count) != cudarc::sys::kSuccess || count == 0) return std::nullopt;
+    if (api->device_get(&device, 0) != cudarc::sys::kSuccess) return std::nullopt;
+    if (api->device_get_attribute(&major, cudarc::sys::attr::kComputeCapabilityMajor, device) !=
+            cudarc::sys::kSuccess ||
+        api->device_get_attribute(&minor, cudarc::sys::attr::kComputeCapabilityMinor, device) !=
+            cudarc::sys::kSuccess) {
+        return std::nullopt;
+    }
+    return cudarc::cuda_arch_name(major, minor);
+}
+
+// "sm_90" <-> "compute_90" as --ptx / --cubin ask.
+std::string arch_for_output(std::string arch, Output output) {
+    auto swap_prefix = [&](std::string_view from, std::string_view to) {
+        if (std::string_view(arch).starts_with(from)) arch = std::string(to) + arch.substr(from.size());
+    };
+    if (output == Output::ptx) swap_prefix("sm_", "compute_");
+    if (output == Output::cubin) swap_prefix("compute_", "sm_");
+    return arch;
+}
+
+std::string read_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw UsageError{fmt::format("cannot open {}", path)};
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// The log without ptxas' -v lines (they are shown as the table instead).
+std::string log_without_ptxas_report(const std::string& log) {
+    std::string out;
+    std::size_t start = 0;
+    while (start < log.size()) {
+        auto end = log.find('\n', start);
+        if (end == std::string::npos) end = log.size();
+        const std::string_view line(log.data() + start, end - start);
+        if (!line.starts_with("ptxas info") && !line.starts_with("ptxas         .")) {
+            out.append(line);
+            out.push_back('\n');
+        }
+        start = end + 1;
+    }
+    return out;
+}
+
+// Names of the .entry functions in a PTX text.
+std::vector<std::string> ptx_entries(const std::string& ptx) {
+    std::vector<std::string> names;
+    std::size_t at = 0;
+    while ((at = ptx.find(".entry ", at)) != std::string::npos) {
+        at += 7;
+        const auto end = ptx.find_first_of("( \n", at);
+        names.push_back(ptx.substr(at, end - at));
+    }
+    return names;
+}
+
+// Kernels by the name expression they were asked for ("scale<float>"), else by their symbol.
+void print_report(const std::vector<cudarc::KernelResourceUsage>& kernels,
+                  const std::map<std::string, std::string>& lowered_names) {
+    std::vector<cudarc::KernelResourceUsage> named = kernels;
+    for (auto& k : named) {
+        for (const auto& [expression, lowered] : lowered_names) {
+            if (lowered == k.function) k.function = expression;
+        }
+    }
+    std::size_t width = 6;
+    for (const auto& k : named) width = std::max(width, k.function.size());
+    fmt::print("{:<{}}  {:>9}  {:>11}  {:>6}  {:>16}\n", "kernel", width, "registers", "static smem", "stack",
+               "spill store/load");
+    for (const auto& k : named) {
+        fmt::print("{:<{}}  {:>9}  {:>9} B  {:>4} B  {:>7} B/{:>4} B\n", k.function, width, k.registers,
+                   k.shared_bytes, k.stack_bytes, k.spill_store_bytes, k.spill_load_bytes);
+    }
+}
+
+int run(const Arguments& args) {
+    std::string arch = args.arch;
+    if (arch.empty()) {
+        if (auto present = present_gpu_arch()) {
+            arch = *present;
+        } else {
+            arch = "sm_90";
+            fmt::print(stderr, "cudarc-nvrtc: no GPU found; compiling for sm_90 (choose with --arch)\n");
+        }
+    }
+    cudarc::CompileOptions options = args.options;
+    options.arch = arch_for_output(arch, args.output);
+    const std::filesystem::path input(args.file);
+    // The input's folder first, as nvcc searches it for "quoted" includes.
+    options.include_paths.insert(options.include_paths.begin(),
+                                 input.has_parent_path() ? input.parent_path().string() : std::string("."));
+    const bool cubin = cudarc::code_format_for(options.arch, options.backend) == cudarc::CodeFormat::cubin;
+    bool ptxas_report_added = false;
+    if (cubin) {
+        bool already = false;
+        for (const auto& option : options.extra)
+            already = already || option.find("ptxas") != std::string::npos;
+        if (!already) {
+            options.extra.emplace_back("--ptxas-options=-v");
+            ptxas_report_added = true;
+        }
+    }
+
+    cudarc::Program program(read_file(args.file), input.filename().string());
+    for (const auto& expression : args.name_expressions) program.add_name_expression(expression);
+
+    const auto started = std::chrono::steady_clock::now();
+    const cudarc::CompiledProgram compiled = program.compile(options);
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+
+    const cudarc::CompilerVersion version = cudarc::compiler_version();
+    const std::string log = ptxas_report_added ? log_without_ptxas_report(compiled.log) : compiled.log;
+    if (!log.empty()) fmt::print("{}{}", log, log.back() == '\n' ? "" : "\n");
+    fmt::print("compiled {} for {} with NVRTC {}.{} ({}) in {:.1f} ms\n", args.file, options.arch,
+               version.major, version.minor, version.library_path, ms);
+
+    if (cubin) {
+        const auto kernels = cudarc::parse_ptxas_report(compiled.log);
+        if (kernels.empty()) {
+            fmt::print("no kernels (no __global__ function, or templates without -e name expressions)\n");
+        } else {
+            print_report(kernels, compiled.lowered_names);
+        }
+    } else {
+        const auto entries = ptx_entries(compiled.ptx);
+        fmt::print(
+            "kernels in the PTX: {} (registers and shared memory are known once assembled: use --cubin)\n",
+            entries.empty() ? std::string("none") : fmt::format("{}", fmt::join(entries, ", ")));
+    }
+    for (const auto& [expression, lowered] : compiled.lowered_names)
+        fmt::print("{} -> {}\n", expression, lowered);
+
+    std::filesystem::path output =
+        args.output_path.empty() ? std::filesystem::path(input).replace_extension(cubin ? ".cubin" : ".ptx")
+                                 : std::filesystem::path(args.output_path);
+    std::ofstream out(output, std::ios::binary | std::ios::trunc);
+    if (cubin) {
+        out.write(compiled.binary.data(), static_cast<std::streamsize>(compiled.binary.size()));
+    } else {
+        out.write(compiled.ptx.data(), static_cast<std::streamsize>(compiled.ptx.size()));
+    }
+    out.close();
+    if (!out) {
+        fmt::print(stderr, "cudarc-nvrtc: cannot write {}\n", output.string());
+        return 1;
+    }
+    fmt::print("wrote {} ({} bytes)\n", output.string(),
+               cubin ? compiled.binary.size() : compiled.ptx.size());
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    try {
+        const Arguments args = parse(std::vector<std::string>(argv + 1, argv + argc));
+        if (args.help) {
+            fmt::print("{}", kUsage);
+            return 0;
+        }
+        return run(args);
+    } catch (const UsageError& e) {
+        fmt::print(stderr, "cudarc-nvrtc: {}\n\n{}", e.message, kUsage);
+        return 2;
+    } catch (const cudarc::CompileError& e) {
+        fmt::print(stderr, "{}\n", e.what());
+        return 1;
+    } catch (const std::exception& e) {
+        fmt::print(stderr, "cudarc-nvrtc: {}\n", e.what());
+        return 1;
+    }
+}
