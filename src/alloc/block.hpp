@@ -1,0 +1,88 @@
+// A block: a contiguous piece of a driver segment, either handed out, held back, or cached.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory_resource>
+#include <set>
+#include <vector>
+
+#include "alloc/backend.hpp"
+
+namespace cudarc::alloc {
+
+struct Block;
+
+// Best fit order within a pool: by stream, then size, then address, so that the smallest block that
+// fits on a stream is one lower_bound away.
+struct FreeBlockOrder {
+    using is_transparent = void;
+
+    // A search key sorts before every block of its stream with at least its size.
+    struct Key {
+        StreamKey stream;
+        std::size_t size;
+    };
+
+    bool operator()(const Block* a, const Block* b) const noexcept;
+    bool operator()(const Block* a, const Key& k) const noexcept;
+    bool operator()(const Key& k, const Block* b) const noexcept;
+};
+
+// The free blocks of one pool.
+using FreeBlocks = std::pmr::set<Block*, FreeBlockOrder>;
+
+enum class BlockState : std::uint8_t {
+    free,       // in its pool's free set, reusable on its stream
+    allocated,  // handed out
+    held,       // freed, but waiting for events or for a captured graph's release
+};
+
+struct Block {
+    DevicePtr ptr = 0;
+    std::size_t size = 0;
+    StreamKey stream = 0;  // every block of a segment belongs to the segment's stream
+    // Address-order neighbours within the same segment; a segment is the chain from its head
+    // (prev == nullptr). Note: the head never changes while the segment lives, because merging keeps
+    // the lower block and splitting keeps the lower part.
+    Block* prev = nullptr;
+    Block* next = nullptr;
+    std::size_t segment_size = 0;  // on a segment's head only: the whole segment's size
+    bool small_pool = false;
+    BlockState state = BlockState::free;
+    int event_holds = 0;                  // pending events still keeping a freed block back
+    int graph_holds = 0;                  // captures still keeping a freed block back
+    std::uint64_t capture_id = 0;         // the capture it was allocated during (0: none)
+    std::vector<StreamKey> used_streams;  // other streams named by record_stream
+
+    // Note: a block owns its free-set node while it is out of the set (extract/insert by node
+    // handle), so moving a block in and out of a pool never allocates and never throws.
+    FreeBlocks::iterator position{};  // valid while state == free
+    FreeBlocks::node_type node;
+
+    [[nodiscard]] bool is_whole_segment() const noexcept { return prev == nullptr && next == nullptr; }
+};
+
+inline bool FreeBlockOrder::operator()(const Block* a, const Block* b) const noexcept {
+    if (a->stream != b->stream) return a->stream < b->stream;
+    if (a->size != b->size) return a->size < b->size;
+    return a->ptr < b->ptr;
+}
+inline bool FreeBlockOrder::operator()(const Block* a, const Key& k) const noexcept {
+    if (a->stream != k.stream) return a->stream < k.stream;
+    return a->size < k.size;
+}
+inline bool FreeBlockOrder::operator()(const Key& k, const Block* b) const noexcept {
+    if (k.stream != b->stream) return k.stream < b->stream;
+    return k.size <= b->size;
+}
+
+// Segments in address order, by their head block.
+struct SegmentOrder {
+    using is_transparent = void;
+    bool operator()(const Block* a, const Block* b) const noexcept { return a->ptr < b->ptr; }
+    bool operator()(const Block* a, DevicePtr p) const noexcept { return a->ptr < p; }
+    bool operator()(DevicePtr p, const Block* b) const noexcept { return p < b->ptr; }
+};
+
+}  // namespace cudarc::alloc

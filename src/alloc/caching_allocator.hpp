@@ -1,0 +1,160 @@
+// The per-device caching allocator: pools of driver segments split into blocks, reused per stream,
+// never handed out while another stream may still use them. docs/allocator.md has the rules.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <memory_resource>
+#include <mutex>
+#include <set>
+#include <span>
+#include <vector>
+
+#include "alloc/backend.hpp"
+#include "alloc/block.hpp"
+#include "cudarc/allocator.hpp"
+
+namespace cudarc::alloc {
+
+// Sizes that shape the pools (see docs/allocator.md).
+inline constexpr std::size_t kMinBlockSize = 512;  // every request is rounded up to this
+inline constexpr std::size_t kSmallRequestLimit = std::size_t{1} << 20;  // <= this: small pool
+inline constexpr std::size_t kSmallSegmentSize = std::size_t{2} << 20;   // small pool's segments
+inline constexpr std::size_t kLargeSegmentSize = std::size_t{20} << 20;  // for large requests below:
+inline constexpr std::size_t kMidRequestLimit = std::size_t{10} << 20;
+inline constexpr std::size_t kSegmentRounding = std::size_t{2} << 20;  // larger requests round to this
+
+// What allocate() hands out. `size` is the block's size (at least the request rounded up to 512).
+// Note: `block` is the allocator's own record; pass the Allocation back unchanged to free() and
+// record_stream(). A zero-byte request gives {0, 0, nullptr}, whose free is a no-op.
+struct Allocation {
+    DevicePtr ptr = 0;
+    std::size_t size = 0;
+    Block* block = nullptr;
+};
+
+// Identifies one graph capture between notify_capture_begin() and release_capture().
+using CaptureId = std::uint64_t;
+
+class CachingAllocator {
+  public:
+    // Throws cudarc::Error when the configuration is invalid.
+    CachingAllocator(std::unique_ptr<AllocatorBackend> backend, const AllocatorConfig& config = {});
+    CachingAllocator(const CachingAllocator&) = delete;
+    CachingAllocator& operator=(const CachingAllocator&) = delete;
+    // Returns every segment to the driver and every pending event to the pool. Never throws.
+    ~CachingAllocator();
+
+    // A block of at least `bytes` for work on `stream`. Throws cudarc::OutOfMemory when the request
+    // cannot be met even after freeing the cache and waiting for pending frees.
+    [[nodiscard]] Allocation allocate(std::size_t bytes, StreamKey stream);
+
+    // Gives a block back. Without uses on other streams it is reusable at once on its own stream;
+    // otherwise it waits until every use's event has completed. Takes ownership of the events (only
+    // when it returns normally). Throws cudarc::Error, changing nothing, on a double free.
+    void free(const Allocation& allocation, std::span<const PendingUse> uses = {});
+
+    // Marks `stream` as a user of the allocation: at free(), an event is recorded on it and the
+    // block waits for it. For raw-pointer users that hazard tracking does not see.
+    void record_stream(const Allocation& allocation, StreamKey stream);
+    // The same, for the live allocation that contains `ptr`; throws cudarc::Error if there is none.
+    void record_stream(DevicePtr ptr, StreamKey stream);
+
+    // Graph capture. While any capture is under way the allocator queries no event, synchronizes
+    // nothing and frees no segment. Blocks allocated during a capture, or freed while their stream
+    // or a using stream is being captured, are held until release_capture() (the graph may replay
+    // work on them), then wait for `after` (events recorded after the graph's last launch).
+    CaptureId notify_capture_begin(StreamKey stream);
+    CaptureId notify_capture_end(StreamKey stream);
+    void release_capture(CaptureId capture, std::span<const PendingUse> after = {});
+
+    [[nodiscard]] AllocatorStats stats() const;
+    void reset_peak();
+    // Returns wholly free segments to the driver (none while a capture is under way). Returns the
+    // number of bytes given back.
+    std::size_t empty_cache();
+    [[nodiscard]] AllocatorSnapshot snapshot() const;
+
+    [[nodiscard]] const AllocatorConfig& config() const noexcept { return config_; }
+
+  private:
+    struct Capture {
+        CaptureId id = 0;
+        StreamKey stream = 0;
+        bool underway = true;
+        bool released = false;
+        int pending_events = 0;    // events given to release_capture() not yet completed
+        std::vector<Block*> held;  // freed blocks this capture keeps back
+    };
+    // An event that holds back either one freed block or every block a released capture kept.
+    struct PendingEvent {
+        EventHandle event = nullptr;
+        Block* block = nullptr;
+        Capture* capture = nullptr;
+    };
+    // Events recorded on one stream, oldest first: once one is incomplete, so are the later ones.
+    // Note: a vector with a head index rather than a deque, so that capacity can be reserved before
+    // a free commits anything (the commit then cannot fail half way).
+    struct StreamQueue {
+        StreamKey stream = 0;
+        std::vector<PendingEvent> events;
+        std::size_t head = 0;
+        [[nodiscard]] bool empty() const noexcept { return head == events.size(); }
+    };
+
+    // All private members below expect mutex_ held.
+    [[nodiscard]] FreeBlocks& pool_of(const Block& block) noexcept {
+        return block.small_pool ? small_blocks_ : large_blocks_;
+    }
+    Block* take_cached_block(std::size_t size, StreamKey stream, bool small);
+    Block* allocate_segment(std::size_t size, StreamKey stream, bool small);
+    Block* allocate_with_escalation(std::size_t size, StreamKey stream, bool small);
+    Allocation hand_out(Block* block, std::size_t size, StreamKey stream);
+    [[nodiscard]] bool worth_splitting(const Block& block, std::size_t size) const noexcept;
+    void split(Block* block, std::size_t size);
+    void insert_free(Block* block);
+    void take(Block* block) noexcept;
+    void return_to_pool(Block* block) noexcept;
+    void release_hold(Block* block) noexcept;
+    std::size_t release_cached_segments();
+    void process_completed_events();
+    void synchronize_pending_events();
+    void complete(const PendingEvent& pending) noexcept;
+    void finish_capture(Capture* capture) noexcept;
+    StreamQueue& queue_for(StreamKey stream);
+    void reserve_queue_space(std::span<const PendingUse> uses);
+    void push_pending(StreamKey stream, const PendingEvent& pending) noexcept;
+    void pop_front(StreamQueue& queue) noexcept;
+    void free_locked(Block* block, std::span<const PendingUse> uses);
+    void add_user_stream(Block* block, StreamKey stream);
+    [[nodiscard]] bool is_being_captured(StreamKey stream) const noexcept;
+    [[nodiscard]] Capture* find_capture(CaptureId id) const noexcept;
+    [[nodiscard]] Capture* underway_capture_on(StreamKey stream) const noexcept;
+    [[nodiscard]] Block* find_live_block(DevicePtr ptr) const noexcept;
+    [[nodiscard]] Block* new_block();
+    void recycle(Block* block) noexcept;
+    [[noreturn]] void throw_out_of_memory(std::size_t size);
+
+    std::unique_ptr<AllocatorBackend> backend_;
+    AllocatorConfig config_;
+    std::size_t reserve_limit_;  // from memory_fraction; SIZE_MAX when uncapped
+
+    mutable std::mutex mutex_;
+    // Note: set nodes come from this pool and block records are recycled (spare_blocks_), so that a
+    // warm allocator does no heap allocation on the alloc/free path. Declared before its users.
+    std::pmr::unsynchronized_pool_resource node_pool_;
+    FreeBlocks small_blocks_{&node_pool_};
+    FreeBlocks large_blocks_{&node_pool_};
+    std::pmr::set<Block*, SegmentOrder> segments_{&node_pool_};  // heads, in address order
+    Block* spare_blocks_ = nullptr;                              // recycled records, chained through `next`
+    std::vector<StreamQueue> pending_;
+    std::size_t pending_count_ = 0;  // events in all queues
+    std::vector<std::unique_ptr<Capture>> captures_;
+    int captures_underway_ = 0;
+    CaptureId next_capture_id_ = 1;
+    AllocatorStats stats_;
+    std::size_t held_bytes_ = 0;  // freed blocks held back for events or graphs
+};
+
+}  // namespace cudarc::alloc

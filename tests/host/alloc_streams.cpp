@@ -1,0 +1,193 @@
+// Blocks used on other streams: event-gated reuse, per-stream FIFO polling, record_stream.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "host/alloc_test_support.hpp"
+
+namespace {
+
+using cudarc::AllocatorSnapshot;
+using cudarc::alloc::Allocation;
+using cudarc::alloc::PendingUse;
+using cudarc::test::AllocatorOnFakeDevice;
+using cudarc::test::FakeCall;
+using cudarc::test::FakeDevice;
+using cudarc::test::find_block;
+using cudarc::test::kKiB;
+using cudarc::test::kMiB;
+using cudarc::test::snapshot_problem;
+
+AllocatorSnapshot::BlockState state_of(const cudarc::alloc::CachingAllocator& allocator,
+                                       cudarc::DevicePtr ptr) {
+    const AllocatorSnapshot snap = allocator.snapshot();
+    const AllocatorSnapshot::Block* block = find_block(snap, ptr);
+    REQUIRE(block != nullptr);
+    return block->state;
+}
+
+}  // namespace
+
+TEST_CASE("alloc.event_gated_reuse") {
+    AllocatorOnFakeDevice f;
+    const Allocation a = f.allocator.allocate(256 * kKiB, 1);
+    const auto event = f.device->make_event(2);  // stream 2 read the block
+    const PendingUse use{2, event};
+    f.allocator.free(a, {&use, 1});
+    CHECK(state_of(f.allocator, a.ptr) == AllocatorSnapshot::BlockState::awaiting_events);
+    CHECK(f.allocator.stats().allocated_bytes == 0);
+    CHECK(f.allocator.stats().active_bytes == 256 * kKiB);
+
+    // While stream 2's use may be running, the block is not handed out again, not even on its own stream.
+    for (int i = 0; i < 3; ++i) {
+        const Allocation b = f.allocator.allocate(256 * kKiB, 1);
+        CHECK(b.ptr != a.ptr);
+        f.allocator.free(b);
+    }
+    CHECK_FALSE(f.device->released(event));
+    CHECK(f.device->count(FakeCall::Kind::query_event) >= 3);        // polled at each allocation...
+    CHECK(f.device->count(FakeCall::Kind::synchronize_event) == 0);  // ...and never waited for
+
+    f.device->complete(event);
+    const Allocation c = f.allocator.allocate(256 * kKiB, 1);
+    CHECK(c.ptr == a.ptr);
+    CHECK(f.device->released(event));
+    CHECK(f.allocator.stats().active_bytes == 256 * kKiB);  // c itself
+    f.allocator.free(c);
+    CHECK(snapshot_problem(f.allocator) == "");
+    CHECK(f.device->violations().empty());
+}
+
+TEST_CASE("alloc.same_stream_reuse_is_immediate") {
+    AllocatorOnFakeDevice f;
+    const Allocation a = f.allocator.allocate(4 * kMiB, 3);
+    f.allocator.free(a);
+    const Allocation b = f.allocator.allocate(4 * kMiB, 3);
+    CHECK(b.ptr == a.ptr);
+
+    // An event on the block's own stream orders nothing new: released at once, block reusable at once.
+    const auto own = f.device->make_event(3);
+    const PendingUse use{3, own};
+    f.allocator.free(b, {&use, 1});
+    CHECK(f.device->released(own));
+    CHECK_FALSE(f.device->completed(own));
+    const Allocation c = f.allocator.allocate(4 * kMiB, 3);
+    CHECK(c.ptr == a.ptr);
+    CHECK(f.device->count(FakeCall::Kind::query_event) == 0);
+    f.allocator.free(c);
+}
+
+TEST_CASE("alloc.waits_for_every_using_stream") {
+    AllocatorOnFakeDevice f;
+    const Allocation a = f.allocator.allocate(2 * kMiB, 1);
+    const auto e2 = f.device->make_event(2);
+    const auto e3 = f.device->make_event(3);
+    const PendingUse uses[] = {{2, e2}, {3, e3}};
+    f.allocator.free(a, uses);
+
+    f.device->complete(e3);
+    const Allocation b = f.allocator.allocate(2 * kMiB, 1);
+    CHECK(b.ptr != a.ptr);  // stream 2 may still use it
+    CHECK(f.device->released(e3));
+    CHECK_FALSE(f.device->released(e2));
+    f.allocator.free(b);
+
+    f.device->complete(e2);
+    const Allocation c = f.allocator.allocate(2 * kMiB, 1);
+    CHECK(c.ptr == a.ptr);
+    CHECK(f.device->unreleased_events() == 0);
+    f.allocator.free(c);
+    CHECK(snapshot_problem(f.allocator) == "");
+}
+
+TEST_CASE("alloc.pending_frees_are_fifo_per_stream") {
+    AllocatorOnFakeDevice f;
+    const Allocation a = f.allocator.allocate(64 * kKiB, 1);
+    const Allocation b = f.allocator.allocate(64 * kKiB, 1);
+    const Allocation c = f.allocator.allocate(64 * kKiB, 1);
+    const Allocation guard = f.allocator.allocate(64 * kKiB, 1);  // keeps the freed blocks from merging
+    const auto ea = f.device->make_event(2);
+    const auto eb = f.device->make_event(2);
+    const auto ec = f.device->make_event(3);
+    const PendingUse ua{2, ea};
+    const PendingUse ub{2, eb};
+    const PendingUse uc{3, ec};
+    f.allocator.free(a, {&ua, 1});
+    f.allocator.free(b, {&ub, 1});
+    f.allocator.free(c, {&uc, 1});
+
+    // Complete the later event on stream 2 and stream 3's event. On a real stream the earlier event
+    // completes first; the allocator relies on that and stops at the first incomplete one.
+    f.device->complete(eb);
+    f.device->complete(ec);
+    f.device->clear_log();
+    const Allocation x = f.allocator.allocate(kMiB, 9);  // any allocation polls
+    std::vector<std::uint64_t> queried;
+    for (const FakeCall& call : f.device->log()) {
+        if (call.kind == FakeCall::Kind::query_event) queried.push_back(call.value);
+    }
+    CHECK(std::count(queried.begin(), queried.end(), FakeDevice::id_of(ea)) == 1);
+    CHECK(std::count(queried.begin(), queried.end(), FakeDevice::id_of(eb)) == 0);  // behind ea
+    CHECK(std::count(queried.begin(), queried.end(), FakeDevice::id_of(ec)) == 1);  // its own queue
+    CHECK(state_of(f.allocator, a.ptr) == AllocatorSnapshot::BlockState::awaiting_events);
+    CHECK(state_of(f.allocator, b.ptr) == AllocatorSnapshot::BlockState::awaiting_events);
+    CHECK(state_of(f.allocator, c.ptr) == AllocatorSnapshot::BlockState::free);
+
+    f.device->complete(ea);
+    const Allocation y = f.allocator.allocate(kMiB, 9);
+    CHECK(state_of(f.allocator, a.ptr) == AllocatorSnapshot::BlockState::free);
+    // a, b and c merged into one free block starting at a.
+    const AllocatorSnapshot snap = f.allocator.snapshot();
+    const auto* merged = find_block(snap, a.ptr);
+    REQUIRE(merged != nullptr);
+    CHECK(merged->size == 3 * 64 * kKiB);
+    CHECK(f.device->unreleased_events() == 0);
+    for (const auto& z : {x, y, guard}) f.allocator.free(z);
+    CHECK(snapshot_problem(f.allocator) == "");
+}
+
+TEST_CASE("alloc.record_stream") {
+    AllocatorOnFakeDevice f;
+    const Allocation a = f.allocator.allocate(8 * kMiB, 1);
+    f.allocator.record_stream(a, 4);
+    f.allocator.record_stream(a, 4);  // once is enough
+    f.allocator.record_stream(a, 1);  // its own stream: nothing to record
+    f.allocator.free(a);
+
+    // The allocator recorded one event, on stream 4, at free time.
+    const auto recorded = f.device->events_recorded_by_allocator();
+    REQUIRE(recorded.size() == 1);
+    std::vector<std::uint64_t> streams;
+    for (const FakeCall& call : f.device->log()) {
+        if (call.kind == FakeCall::Kind::record_event) streams.push_back(call.value);
+    }
+    CHECK(streams == std::vector<std::uint64_t>{4});
+    CHECK(state_of(f.allocator, a.ptr) == AllocatorSnapshot::BlockState::awaiting_events);
+
+    const Allocation b = f.allocator.allocate(8 * kMiB, 1);
+    CHECK(b.ptr != a.ptr);
+    f.device->complete(recorded[0]);
+    const Allocation c = f.allocator.allocate(8 * kMiB, 1);
+    CHECK(c.ptr == a.ptr);
+    CHECK(f.device->released(recorded[0]));
+
+    // By raw pointer: any address inside a live allocation names it.
+    f.allocator.record_stream(c.ptr + 12345, 5);
+    f.allocator.free(c);
+    CHECK(f.device->events_recorded_by_allocator().size() == 2);
+    CHECK(state_of(f.allocator, c.ptr) == AllocatorSnapshot::BlockState::awaiting_events);
+
+    // A pointer outside every live allocation is bad input and changes nothing.
+    const auto before = f.allocator.stats();
+    CHECK_THROWS_AS(f.allocator.record_stream(c.ptr + 10, 5), cudarc::Error);  // freed
+    CHECK_THROWS_AS(f.allocator.record_stream(cudarc::DevicePtr{42}, 5), cudarc::Error);
+    CHECK_THROWS_AS(f.allocator.record_stream(c, 5), cudarc::Error);
+    CHECK(f.allocator.stats().allocated_bytes == before.allocated_bytes);
+
+    f.device->complete_all();
+    f.allocator.free(b);
+    CHECK(f.allocator.empty_cache() > 0);
+    CHECK(f.device->unreleased_events() == 0);
+    CHECK(snapshot_problem(f.allocator) == "");
+}
