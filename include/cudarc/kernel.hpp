@@ -116,6 +116,7 @@ class Kernel<void(Params...)> {
                   "values (no references; a device buffer is a T* or const T* parameter, not a DeviceSlice)");
 
   public:
+    using signature = void(Params...);
     static constexpr std::size_t arity = sizeof...(Params);
 
     Kernel() = default;
