@@ -1,12 +1,52 @@
 // Backend selection and the error helpers shared by every driver call.
+#include <algorithm>
+#include <cctype>
 #include <mutex>
 #include <string>
+#include <string_view>
 
+#include "sys/backend_selection.hpp"
 #include "sys/backends.hpp"
 #include "sys/driver_api.hpp"
+#include "sys/dynamic_library.hpp"
 
 namespace cudarc::sys {
 namespace {
+
+struct Attempt {
+    bool ok = false;
+    std::string why;
+};
+
+// Loads one backend into `api`. With `need_device`, a backend that initializes but reports no device
+// counts as failed, so that automatic selection moves on to the other one.
+Attempt try_backend(bool (*load)(DriverApi&, std::string&), DriverApi& api, bool need_device) {
+    Attempt attempt;
+    if (load == nullptr) {
+        attempt.why = "not built into this cudarc";
+        return attempt;
+    }
+    if (!load(api, attempt.why)) return attempt;
+    if (need_device) {
+        int count = 0;
+        const Result result = api.device_get_count != nullptr ? api.device_get_count(&count) : kErrorNotFound;
+        if (result != kSuccess) {
+            attempt.why = std::string(
+                make_error(api, api.backend == Backend::hip ? "hipGetDeviceCount" : "cuDeviceGetCount",
+                           result, -1)
+                    .what());
+            return attempt;
+        }
+        if (count < 1) {
+            attempt.why = std::string("the ") + to_string(api.backend) +
+                          " driver loaded and initialized but reports no device";
+            return attempt;
+        }
+    }
+    attempt.ok = true;
+    attempt.why.clear();
+    return attempt;
+}
 
 struct LoadedDriver {
     DriverApi api;
@@ -16,7 +56,17 @@ struct LoadedDriver {
 
 LoadedDriver load_selected_backend() {
     LoadedDriver out;
-    if (load_cuda_driver(out.api, out.failure)) out.ok = true;
+    try {
+        BackendSelection selection = select_backend(parse_backend_request(env_or_empty("CUDARC_BACKEND")));
+        out.api = selection.api;
+        out.ok = selection.ok;
+        out.failure = std::move(selection.failure);
+    } catch (const std::exception& e) {
+        // An unknown CUDARC_BACKEND value: reported by every driver() call, never a crash.
+        std::string_view what = e.what();
+        if (what.starts_with("cudarc: ")) what.remove_prefix(8);  // driver() adds its own prefix
+        out.failure = what;
+    }
     return out;
 }
 
@@ -27,6 +77,47 @@ const LoadedDriver& loaded() {
 }
 
 }  // namespace
+
+BackendRequest parse_backend_request(std::string_view value) {
+    std::string lower(value);
+    std::transform(lower.begin(), lower.end(), lower.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (lower.empty()) return BackendRequest::automatic;
+    if (lower == "cuda") return BackendRequest::cuda;
+    if (lower == "hip") return BackendRequest::hip;
+    throw Error(
+        "cudarc: CUDARC_BACKEND=\"" + std::string(value) +
+        "\" is not a backend: use \"cuda\" or \"hip\", or leave it unset to use CUDA when it has a device "
+        "and HIP otherwise");
+}
+
+BackendSelection select_backend(BackendRequest request, const BackendLoaders& loaders) {
+    BackendSelection out;
+    if (request == BackendRequest::cuda || request == BackendRequest::hip) {
+        const bool cuda = request == BackendRequest::cuda;
+        const Attempt attempt = try_backend(cuda ? loaders.cuda : loaders.hip, out.api, false);
+        out.ok = attempt.ok;
+        if (!attempt.ok) {
+            out.failure = std::string("CUDARC_BACKEND=") + (cuda ? "cuda" : "hip") + " asks for " +
+                          (cuda ? "CUDA" : "HIP") + " only, and it is not usable: " + attempt.why;
+        }
+        return out;
+    }
+    const Attempt cuda = try_backend(loaders.cuda, out.api, true);
+    if (cuda.ok) {
+        out.ok = true;
+        return out;
+    }
+    const Attempt hip = try_backend(loaders.hip, out.api, true);
+    if (hip.ok) {
+        out.ok = true;
+        return out;
+    }
+    out.api = DriverApi{};
+    out.failure = "neither CUDA nor HIP is usable. CUDA: " + cuda.why + " HIP: " + hip.why +
+                  " (CUDARC_BACKEND=cuda or =hip restricts the search to one of them.)";
+    return out;
+}
 
 const DriverApi& driver() {
     const LoadedDriver& d = loaded();
@@ -43,7 +134,9 @@ const DriverApi* driver_if_loaded() noexcept {
     }
 }
 
-std::string driver_load_failure() { return loaded().failure; }
+std::string driver_load_failure() {
+    return loaded().failure;
+}
 
 Error make_error(const DriverApi& api, const char* call, Result result, int device) {
     const char* name = nullptr;
