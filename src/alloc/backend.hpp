@@ -21,6 +21,7 @@ using EventHandle = sys::Event;
 
 // A use of a block on `stream`: `event` was recorded on `stream` after its last use of the block.
 // Handing one to the allocator passes the event's ownership to it (it releases it to the pool).
+// A null `event` asks the allocator to record one on `stream` when the block is freed.
 struct PendingUse {
     StreamKey stream = 0;
     EventHandle event = nullptr;

@@ -354,11 +354,19 @@ void CachingAllocator::free_locked(Block* block, std::span<const PendingUse> use
             for (const PendingUse& use : uses) add_holder(underway_capture_on(use.stream));
             for (StreamKey stream : block->used_streams) add_holder(underway_capture_on(stream));
         }
-        recorded.reserve(block->used_streams.size());
-        for (StreamKey stream : block->used_streams) {
-            // Note: no event on a capturing stream (it could not be queried); the capture holds the block.
-            if (is_being_captured(stream)) continue;
+        // Streams named by record_stream, or by a use without an event, get an event recorded now.
+        // Note: none on a capturing stream (it could not be queried); the capture holds the block.
+        const auto record_on = [&](StreamKey stream) {
+            if (stream == block->stream || is_being_captured(stream)) return;
+            for (const PendingUse& r : recorded) {
+                if (r.stream == stream) return;
+            }
             recorded.push_back(PendingUse{stream, backend_->record_event(stream)});
+        };
+        recorded.reserve(block->used_streams.size() + uses.size());
+        for (StreamKey stream : block->used_streams) record_on(stream);
+        for (const PendingUse& use : uses) {
+            if (use.event == nullptr) record_on(use.stream);
         }
         for (Capture* capture : holders) capture->held.reserve(capture->held.size() + 1);
         reserve_queue_space(uses);
@@ -389,7 +397,9 @@ void CachingAllocator::free_locked(Block* block, std::span<const PendingUse> use
         push_pending(use.stream, PendingEvent{use.event, block, nullptr});
         ++block->event_holds;
     };
-    for (const PendingUse& use : uses) route(use);
+    for (const PendingUse& use : uses) {
+        if (use.event != nullptr) route(use);
+    }
     for (const PendingUse& use : recorded) route(use);
     held_bytes_ += block->size;
     release_hold(block);

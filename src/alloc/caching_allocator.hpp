@@ -51,8 +51,9 @@ class CachingAllocator {
     [[nodiscard]] Allocation allocate(std::size_t bytes, StreamKey stream);
 
     // Gives a block back. Without uses on other streams it is reusable at once on its own stream;
-    // otherwise it waits until every use's event has completed. Takes ownership of the events (only
-    // when it returns normally). Throws cudarc::Error, changing nothing, on a double free.
+    // otherwise it waits until every use's event has completed. A use without an event gets one
+    // recorded on its stream now. Takes ownership of the events (only when it returns normally).
+    // Throws cudarc::Error, changing nothing, on a double free.
     void free(const Allocation& allocation, std::span<const PendingUse> uses = {});
 
     // Marks `stream` as a user of the allocation: at free(), an event is recorded on it and the

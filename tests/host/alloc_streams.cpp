@@ -191,3 +191,22 @@ TEST_CASE("alloc.record_stream") {
     CHECK(f.device->unreleased_events() == 0);
     CHECK(snapshot_problem(f.allocator) == "");
 }
+
+TEST_CASE("alloc.use_without_event_is_recorded_at_free") {
+    AllocatorOnFakeDevice f;
+    const Allocation a = f.allocator.allocate(3 * kMiB, 1);
+    const PendingUse uses[] = {{2, nullptr}, {2, nullptr}, {1, nullptr}};  // stream 2 twice, own stream
+    f.allocator.free(a, uses);
+    const auto recorded = f.device->events_recorded_by_allocator();
+    REQUIRE(recorded.size() == 1);  // one event for stream 2, none for the block's own stream
+    CHECK(state_of(f.allocator, a.ptr) == AllocatorSnapshot::BlockState::awaiting_events);
+    const Allocation b = f.allocator.allocate(3 * kMiB, 1);
+    CHECK(b.ptr != a.ptr);
+    f.device->complete(recorded[0]);
+    const Allocation c = f.allocator.allocate(3 * kMiB, 1);
+    CHECK(c.ptr == a.ptr);
+    CHECK(f.device->unreleased_events() == 0);
+    f.allocator.free(b);
+    f.allocator.free(c);
+    CHECK(snapshot_problem(f.allocator) == "");
+}

@@ -165,9 +165,11 @@ TEST_CASE("alloc.thread_safety") {
                 // An event on the block's own stream gates nothing: later work there is ordered anyway.
                 if (u.stream != home) gating.push_back(u.event);
             }
-            // A raw-pointer user now and then: the allocator records that stream's event itself.
-            const bool raw_user = how >= 35 && how < 45;
-            if (raw_user) f.allocator.record_stream(a.ptr + a.size / 2, stream_of(rng));
+            // Now and then a raw-pointer user, or a use without an event: the allocator records that
+            // stream's event itself.
+            const bool raw_user = how >= 35 && how < 50;
+            if (how >= 35 && how < 45) f.allocator.record_stream(a.ptr + a.size / 2, stream_of(rng));
+            if (how >= 45 && how < 50) uses.push_back(PendingUse{stream_of(rng), nullptr});
             registry.freed(a, gating, raw_user);
             (void)FakeDevice::take_recorded_on_this_thread();
             f.allocator.free(a, uses);
