@@ -13,15 +13,14 @@
 #include "cudarc/compile_options.hpp"
 #include "cudarc/detail/native_handles.hpp"
 #include "cudarc/kernel.hpp"
+#include "cudarc/nvrtc.hpp"
 #include "cudarc/slice.hpp"
 
 namespace cudarc {
 
 class Device;
 class Stream;
-class Program;
 class KernelCache;
-struct CompiledProgram;
 
 namespace detail {
 class ModuleState;

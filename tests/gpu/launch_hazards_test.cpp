@@ -227,7 +227,9 @@ TEST_CASE("launch.dynamic_launch_checks_arguments_and_tracks_hazards") {
         CHECK_THROWS_WITH_AS(launch_dynamic(reader, config, saxpy, wrong_size),
                              doctest::Contains("argument 3 of kernel 'bench_saxpy' has 4 bytes"), Error);
     } else {
-        MESSAGE("the driver does not report parameter sizes (CUDA < 12.4): argument checks not exercised");
+        MESSAGE(
+            "no parameter sizes from the driver (cuFuncGetParamInfo needs CUDA 12.4 and its table entry): "
+            "argument checks not exercised");
     }
 
     // y = a x + y on `reader`, held back; then `writer` overwrites x, which must wait for the read.

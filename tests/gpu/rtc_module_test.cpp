@@ -202,7 +202,9 @@ TEST_CASE("rtc.function_lookup_errors") {
             static_cast<void>(bench.kernel<void(float*, double, unsigned long long)>("bench_fill")),
             doctest::Contains("signature does not match"), Error);
     } else {
-        MESSAGE("the driver does not report parameter sizes (CUDA < 12.4): signature checks not exercised");
+        MESSAGE(
+            "no parameter sizes from the driver (cuFuncGetParamInfo needs CUDA 12.4 and its table entry): "
+            "signature checks not exercised");
     }
 }
 
