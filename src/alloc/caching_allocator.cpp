@@ -67,8 +67,9 @@ CachingAllocator::CachingAllocator(std::unique_ptr<AllocatorBackend> backend, co
 CachingAllocator::~CachingAllocator() {
     // Note: nothing can wait for events any more; their blocks' memory goes back with the segments.
     for (StreamQueue& queue : pending_) {
-        for (std::size_t i = queue.head; i < queue.events.size(); ++i)
+        for (std::size_t i = queue.head; i < queue.events.size(); ++i) {
             backend_->release_event(queue.events[i].event);
+        }
     }
     for (Block* head : segments_) {
         try {

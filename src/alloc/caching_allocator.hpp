@@ -44,6 +44,7 @@ class CachingAllocator {
     CachingAllocator(const CachingAllocator&) = delete;
     CachingAllocator& operator=(const CachingAllocator&) = delete;
     // Returns every segment to the driver and every pending event to the pool. Never throws.
+    // Note: allocations still live become invalid; the device destroys it only after its buffers.
     ~CachingAllocator();
 
     // A block of at least `bytes` for work on `stream`. Throws cudarc::OutOfMemory when the request

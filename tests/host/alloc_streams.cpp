@@ -210,3 +210,40 @@ TEST_CASE("alloc.use_without_event_is_recorded_at_free") {
     f.allocator.free(c);
     CHECK(snapshot_problem(f.allocator) == "");
 }
+
+TEST_CASE("alloc.many_pending_frees_complete_in_order") {
+    AllocatorOnFakeDevice f;
+    constexpr int kBlocks = 300;
+    std::vector<Allocation> blocks;
+    std::vector<cudarc::alloc::EventHandle> events;
+    for (int i = 0; i < kBlocks; ++i) blocks.push_back(f.allocator.allocate(64 * kKiB, 1));
+    for (int i = 0; i < kBlocks; ++i) {
+        events.push_back(f.device->make_event(2));
+        const PendingUse use{2, events.back()};
+        f.allocator.free(blocks[i], {&use, 1});
+    }
+    auto awaiting = [&] {
+        std::size_t n = 0;
+        for (const auto& segment : f.allocator.snapshot().segments) {
+            for (const auto& block : segment.blocks) {
+                n += block.state == AllocatorSnapshot::BlockState::awaiting_events ? 1 : 0;
+            }
+        }
+        return n;
+    };
+    CHECK(awaiting() == kBlocks);
+    // The stream finishes its work in order, a chunk at a time; each allocation polls.
+    int completed = 0;
+    while (completed < kBlocks) {
+        const int chunk = std::min(37, kBlocks - completed);
+        for (int i = 0; i < chunk; ++i) f.device->complete(events[completed + i]);
+        completed += chunk;
+        const Allocation probe = f.allocator.allocate(kKiB, 3);  // another stream: takes no freed block
+        CHECK(awaiting() == static_cast<std::size_t>(kBlocks - completed));
+        CHECK(f.allocator.stats().active_bytes == (kBlocks - completed) * 64 * kKiB + probe.size);
+        f.allocator.free(probe);
+        CHECK(snapshot_problem(f.allocator) == "");
+    }
+    CHECK(f.device->unreleased_events() == 0);
+    CHECK(f.allocator.stats().active_bytes == 0);
+}
