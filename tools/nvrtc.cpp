@@ -214,6 +214,18 @@ int run(const Arguments& args) {
     // The input's folder first, as nvcc searches it for "quoted" includes.
     options.include_paths.insert(options.include_paths.begin(),
                                  input.has_parent_path() ? input.parent_path().string() : std::string("."));
+    // A file on the include path named like a shipped header wins over the embedded copy, so that
+    // editing kernels/*.cuh next to FILE.cu takes effect without rebuilding the library.
+    for (const auto& name : cudarc::embedded_kernel_files()) {
+        if (!name.ends_with(".cuh")) continue;
+        for (const auto& folder : options.include_paths) {
+            const std::filesystem::path candidate = std::filesystem::path(folder) / name;
+            if (std::filesystem::exists(candidate)) {
+                options.headers.emplace_back(name, read_file(candidate.string()));
+                break;
+            }
+        }
+    }
     const bool cubin = cudarc::code_format_for(options.arch, options.backend) == cudarc::CodeFormat::cubin;
     bool ptxas_report_added = false;
     if (cubin) {

@@ -47,6 +47,14 @@ elseif(CASE STREQUAL "ptx")
     expect("${tool_stdout}" "kernels in the PTX: tile_copy")
     file(READ ${WORK_DIR}/ok.ptx ptx)
     expect("${ptx}" "\\.entry tile_copy")
+elseif(CASE STREQUAL "local_header_wins")
+    # A file named like a shipped header, next to the input, replaces the embedded copy.
+    file(WRITE ${WORK_DIR}/bench_vector.cuh "#define LOCAL_COPY_VALUE 4242\n")
+    file(WRITE ${WORK_DIR}/shadow.cu
+         "#include \"bench_vector.cuh\"\nextern \"C\" __global__ void k(int* p) { *p = LOCAL_COPY_VALUE; }\n")
+    run_tool(0 ${WORK_DIR}/shadow.cu --arch compute_90)
+    file(READ ${WORK_DIR}/shadow.ptx ptx)
+    expect("${ptx}" "4242")
 elseif(CASE STREQUAL "compile_error")
     run_tool(1 ${WORK_DIR}/bad.cu --arch sm_90)
     expect("${tool_stderr}" "undeclared_name")            # the compiler's own message
