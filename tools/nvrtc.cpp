@@ -2,6 +2,7 @@
 // prints the compiler's log and each kernel's registers and static shared memory, and writes the
 // PTX or CUBIN next to the input.
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (in fmt/format.h before fmt 11)
 
 #include <chrono>
 #include <cstdio>

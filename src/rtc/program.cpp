@@ -1,5 +1,6 @@
 // Program: one run-time compile through the RtcApi table (NVRTC or hiprtc).
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (in fmt/format.h before fmt 11)
 
 #include <algorithm>
 #include <utility>
