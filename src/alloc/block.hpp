@@ -13,6 +13,15 @@ namespace cudarc::alloc {
 
 struct Block;
 
+// A free block as its pool's ordered set stores it. Note: the key is copied into the set node, so
+// that a search compares within the node instead of chasing a pointer to the block at every level.
+struct FreeEntry {
+    StreamKey stream;
+    std::size_t size;
+    DevicePtr ptr;
+    Block* block;
+};
+
 // Best fit order within a pool: by stream, then size, then address, so that the smallest block that
 // fits on a stream is one lower_bound away.
 struct FreeBlockOrder {
@@ -24,13 +33,23 @@ struct FreeBlockOrder {
         std::size_t size;
     };
 
-    bool operator()(const Block* a, const Block* b) const noexcept;
-    bool operator()(const Block* a, const Key& k) const noexcept;
-    bool operator()(const Key& k, const Block* b) const noexcept;
+    bool operator()(const FreeEntry& a, const FreeEntry& b) const noexcept {
+        if (a.stream != b.stream) return a.stream < b.stream;
+        if (a.size != b.size) return a.size < b.size;
+        return a.ptr < b.ptr;
+    }
+    bool operator()(const FreeEntry& a, const Key& k) const noexcept {
+        if (a.stream != k.stream) return a.stream < k.stream;
+        return a.size < k.size;
+    }
+    bool operator()(const Key& k, const FreeEntry& b) const noexcept {
+        if (k.stream != b.stream) return k.stream < b.stream;
+        return k.size <= b.size;
+    }
 };
 
 // The free blocks of one pool.
-using FreeBlocks = std::pmr::set<Block*, FreeBlockOrder>;
+using FreeBlocks = std::pmr::set<FreeEntry, FreeBlockOrder>;
 
 enum class BlockState : std::uint8_t {
     free,       // in its pool's free set, reusable on its stream
@@ -62,20 +81,6 @@ struct Block {
 
     [[nodiscard]] bool is_whole_segment() const noexcept { return prev == nullptr && next == nullptr; }
 };
-
-inline bool FreeBlockOrder::operator()(const Block* a, const Block* b) const noexcept {
-    if (a->stream != b->stream) return a->stream < b->stream;
-    if (a->size != b->size) return a->size < b->size;
-    return a->ptr < b->ptr;
-}
-inline bool FreeBlockOrder::operator()(const Block* a, const Key& k) const noexcept {
-    if (a->stream != k.stream) return a->stream < k.stream;
-    return a->size < k.size;
-}
-inline bool FreeBlockOrder::operator()(const Key& k, const Block* b) const noexcept {
-    if (k.stream != b->stream) return k.stream < b->stream;
-    return k.size <= b->size;
-}
 
 // Segments in address order, by their head block.
 struct SegmentOrder {

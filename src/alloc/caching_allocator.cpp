@@ -104,8 +104,8 @@ Allocation CachingAllocator::allocate(std::size_t bytes, StreamKey stream) {
 Block* CachingAllocator::take_cached_block(std::size_t size, StreamKey stream, bool small) {
     FreeBlocks& pool = small ? small_blocks_ : large_blocks_;
     const auto it = pool.lower_bound(FreeBlockOrder::Key{stream, size});
-    if (it == pool.end() || (*it)->stream != stream) return nullptr;
-    Block* block = *it;
+    if (it == pool.end() || it->stream != stream) return nullptr;
+    Block* block = it->block;
     // Note: an oversize block serves only oversize requests that waste little of it. Both rules reject
     // a block for being too big, so no later (larger) candidate could pass either.
     if (block->size > config_.max_split_size) {
@@ -229,11 +229,12 @@ void CachingAllocator::split(Block* block, std::size_t size) {
 void CachingAllocator::insert_free(Block* block) {
     FreeBlocks& pool = pool_of(*block);
     block->state = BlockState::free;
+    const FreeEntry entry{block->stream, block->size, block->ptr, block};
     if (!block->node.empty()) {
-        block->node.value() = block;
+        block->node.value() = entry;
         block->position = pool.insert(std::move(block->node)).position;
     } else {
-        block->position = pool.insert(block).first;
+        block->position = pool.insert(entry).first;
     }
 }
 
