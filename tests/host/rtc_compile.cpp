@@ -50,7 +50,7 @@ void compile_every_embedded_kernel(const std::string& arch) {
         try {
             compiled = compile_embedded(file, options_for(arch));
         } catch (const CompileError& e) {
-            FAIL(e.what());
+            FAIL(std::string(e.what()));
         }
         CHECK(compiled.arch == arch);
         if (arch.starts_with("sm_")) {

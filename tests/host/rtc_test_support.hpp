@@ -19,7 +19,8 @@ inline CompilerVersion require_nvrtc() {
     try {
         return compiler_version(Backend::cuda);
     } catch (const std::exception& e) {
-        FAIL("NVRTC could not be loaded: " << e.what());
+        const std::string message = std::string("NVRTC could not be loaded: ") + e.what();
+        FAIL(message);
         throw;
     }
 }
