@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "cudarc/allocator.hpp"
 #include "cudarc/counters.hpp"
 #include "cudarc/error.hpp"
 
@@ -31,11 +32,14 @@ struct MemoryInfo {
 
 // Where DeviceSlice memory comes from.
 enum class MemorySource {
-    stream_ordered,  // the driver's pool: cuMemAllocAsync / cuMemFreeAsync, release threshold raised
+    caching_allocator,  // cudarc's per-stream caching allocator (docs/allocator.md); the default
+    stream_ordered,     // the driver's pool: cuMemAllocAsync / cuMemFreeAsync, release threshold raised
 };
 
+// Options that take effect when a device is first opened in the process (later opens share that state).
 struct DeviceOptions {
-    MemorySource memory_source = MemorySource::stream_ordered;
+    MemorySource memory_source = MemorySource::caching_allocator;
+    AllocatorConfig allocator;  // for MemorySource::caching_allocator
 };
 
 // A GPU. Opening a device retains its primary context (the one the CUDA runtime and frameworks such as
@@ -73,7 +77,8 @@ public:
     [[nodiscard]] std::string uuid_string() const;  // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
     [[nodiscard]] std::string pci_bus_id() const;
     [[nodiscard]] ComputeCapability compute_capability() const;
-    [[nodiscard]] std::string arch() const;  // "sm_90"
+    // The architecture to compile for: "sm_90" on CUDA, the offload arch (e.g. "gfx90a:sramecc+:xnack-") on HIP.
+    [[nodiscard]] std::string arch() const;
     [[nodiscard]] int multiprocessor_count() const;
     [[nodiscard]] std::size_t total_memory() const;
     [[nodiscard]] MemoryInfo memory_info() const;
@@ -90,6 +95,15 @@ public:
     void synchronize() const;
 
     [[nodiscard]] Counters counters() const noexcept;
+
+    // Which memory source DeviceSlice allocations come from.
+    [[nodiscard]] MemorySource memory_source() const noexcept;
+    // The caching allocator's figures (all zero with MemorySource::stream_ordered).
+    [[nodiscard]] AllocatorStats allocator_stats() const;
+    [[nodiscard]] AllocatorSnapshot allocator_snapshot() const;
+    void reset_peak_memory() const;
+    // Returns cached memory that no allocation uses to the driver.
+    void empty_cache() const;
 
     // An error a destructor swallowed on this device since the last call, rethrown once. Destructors never
     // throw; this lets a caller check after the fact.

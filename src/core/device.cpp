@@ -8,7 +8,9 @@
 #include <mutex>
 
 #include "core/device_state.hpp"
+#include "core/caching_source.hpp"
 #include "core/stream_ordered_source.hpp"
+#include "sys/hip/hip_runtime_loader.hpp"
 
 namespace cudarc {
 namespace detail {
@@ -22,13 +24,18 @@ std::unique_ptr<MemoryResource> make_memory_source(DeviceState& device, const De
     switch (options.memory_source) {
         case cudarc::MemorySource::stream_ordered:
             return make_stream_ordered_source(device);
+        case cudarc::MemorySource::caching_allocator:
+            return make_caching_source(device, options.allocator);
     }
     throw Error("cudarc: unknown MemorySource value");
 }
 }  // namespace
 
 DeviceState::DeviceState(const sys::DriverApi& api, int ordinal, const DeviceOptions& options)
-    : api_(api), ordinal_(ordinal), generation_(next_generation.fetch_add(1, std::memory_order_relaxed)) {
+    : api_(api),
+      ordinal_(ordinal),
+      generation_(next_generation.fetch_add(1, std::memory_order_relaxed)),
+      memory_source_(options.memory_source) {
     check(api_.device_get(&device_, ordinal), "cuDeviceGet");
     check(api_.device_primary_ctx_retain(&context_, device_), "cuDevicePrimaryCtxRetain");
     try {
@@ -214,6 +221,7 @@ ComputeCapability Device::compute_capability() const {
 }
 
 std::string Device::arch() const {
+    if (backend() == Backend::hip) return sys::hip_device_offload_arch(ordinal());
     const auto cc = compute_capability();
     return fmt::format("sm_{}{}", cc.major, cc.minor);
 }
@@ -244,5 +252,33 @@ void Device::synchronize() const {
 Counters Device::counters() const noexcept { return state_->counters().snapshot(); }
 
 void Device::rethrow_deferred_error() const { state_->rethrow_deferred_error(); }
+
+MemorySource Device::memory_source() const noexcept { return state_->memory_source(); }
+
+namespace {
+alloc::CachingAllocator* caching_allocator(detail::DeviceState& state) {
+    auto* caching = dynamic_cast<detail::CachingResource*>(&state.memory());
+    return caching != nullptr ? &caching->allocator() : nullptr;
+}
+}  // namespace
+
+AllocatorStats Device::allocator_stats() const {
+    auto* allocator = caching_allocator(*state_);
+    return allocator != nullptr ? allocator->stats() : AllocatorStats{};
+}
+
+AllocatorSnapshot Device::allocator_snapshot() const {
+    auto* allocator = caching_allocator(*state_);
+    return allocator != nullptr ? allocator->snapshot() : AllocatorSnapshot{};
+}
+
+void Device::reset_peak_memory() const {
+    if (auto* allocator = caching_allocator(*state_)) allocator->reset_peak();
+}
+
+void Device::empty_cache() const {
+    state_->bind();
+    state_->memory().empty_cache();
+}
 
 }  // namespace cudarc

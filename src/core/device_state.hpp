@@ -78,6 +78,7 @@ public:
     // `priority` clamped to the device's range (read once at open).
     [[nodiscard]] int clamp_priority(int priority) const noexcept;
     [[nodiscard]] MemoryResource& memory() noexcept { return *memory_; }
+    [[nodiscard]] MemorySource memory_source() const noexcept { return memory_source_; }
     [[nodiscard]] Stream& default_stream() noexcept { return *default_stream_; }
     [[nodiscard]] const std::shared_ptr<StreamState>& default_stream_state() const noexcept;
 
@@ -110,6 +111,7 @@ private:
     StreamPool streams_{*this};
     int priority_low_ = 0;   // numerically largest: least urgent
     int priority_high_ = 0;  // numerically smallest: most urgent
+    MemorySource memory_source_;
     std::unique_ptr<MemoryResource> memory_;
     std::unique_ptr<Stream> default_stream_;
     std::mutex deferred_mutex_;

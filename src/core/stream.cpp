@@ -101,13 +101,18 @@ using detail::StreamState;
 
 namespace {
 
-std::shared_ptr<StreamState> create_stream_state(DeviceState& device, const StreamOptions& options) {
-    device.bind();
+// A stream from the device's pool. Note: owned streams are never destroyed while the device lives, so a
+// stream handle's value names one stream for the device's whole life (the caching allocator keys cached
+// blocks by it).
+std::shared_ptr<StreamState> pooled_stream_state(DeviceState& device, const StreamOptions& options) {
     const int priority = device.clamp_priority(options.priority);
-    sys::Stream handle = nullptr;
-    device.check(device.api().stream_create_with_priority(&handle, sys::kStreamNonBlocking, priority),
-                 "cuStreamCreateWithPriority");
-    return std::make_shared<StreamState>(device, handle, detail::StreamOwnership::owned, priority);
+    sys::Stream handle = device.streams().acquire(priority);
+    try {
+        return std::make_shared<StreamState>(device, handle, detail::StreamOwnership::pooled, priority);
+    } catch (...) {
+        device.streams().release(handle, priority);
+        throw;
+    }
 }
 
 }  // namespace
@@ -180,18 +185,10 @@ Stream Stream::wrap(const Device& device, NativeStream foreign) {
 
 Stream Stream::fork(const StreamOptions& options) {
     DeviceState& device = state_->device();
-    const int priority = device.clamp_priority(options.priority);
-    sys::Stream handle = device.streams().acquire(priority);
-    std::shared_ptr<StreamState> child;
-    try {
-        child = std::make_shared<StreamState>(device, handle, detail::StreamOwnership::pooled, priority);
-    } catch (...) {
-        device.streams().release(handle, priority);
-        throw;
-    }
+    auto child = pooled_stream_state(device, options);
     // From here the Stream owns the handle: its destructor returns it to the pool.
     Stream stream(device.shared_from_this(), child, state_);
-    state_->order_before(handle);
+    state_->order_before(child->handle());
     return stream;
 }
 
@@ -232,7 +229,7 @@ int Stream::device_ordinal() const noexcept { return state_->device().ordinal();
 Device Stream::device() const { return Device(state_->device().shared_from_this()); }
 
 Stream Device::create_stream(const StreamOptions& options) const {
-    return Stream(state_, create_stream_state(*state_, options), nullptr);
+    return Stream(state_, pooled_stream_state(*state_, options), nullptr);
 }
 
 Stream Device::create_stream() const { return create_stream(StreamOptions{}); }

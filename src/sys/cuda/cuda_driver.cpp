@@ -36,15 +36,17 @@ public:
     }
     [[nodiscard]] bool usable() const { return v2_ != nullptr || v1_ != nullptr; }
 
+    // `version`: the CUDA version whose ABI the slot expects; entry points newer than kApiVersion must
+    // name the version that introduced them (the driver refuses a request for an older one).
     template <typename Fn>
-    void operator()(Fn& slot, const char* name, bool required = true) {
+    void operator()(Fn& slot, const char* name, bool required = true, int version = kApiVersion) {
         void* pfn = nullptr;
         Result result = kErrorNotFound;
         if (v2_ != nullptr) {
             int status = 0;
-            result = v2_(name, &pfn, kApiVersion, 0, &status);
+            result = v2_(name, &pfn, version, 0, &status);
         } else if (v1_ != nullptr) {
-            result = v1_(name, &pfn, kApiVersion, 0);
+            result = v1_(name, &pfn, version, 0);
         }
         if (result != kSuccess) pfn = nullptr;
         slot = reinterpret_cast<Fn>(pfn);
@@ -136,7 +138,7 @@ bool load_cuda_driver(DriverApi& api, std::string& why) {
     resolve(api.module_get_global, "cuModuleGetGlobal");
     resolve(api.func_get_attribute, "cuFuncGetAttribute");
     resolve(api.func_set_attribute, "cuFuncSetAttribute");
-    resolve(api.func_get_param_info, "cuFuncGetParamInfo", false);
+    resolve(api.func_get_param_info, "cuFuncGetParamInfo", false, 12040);  // new in CUDA 12.4
     resolve(api.launch_kernel, "cuLaunchKernel");
     resolve(api.launch_kernel_ex, "cuLaunchKernelEx", false);
     resolve(api.launch_cooperative_kernel, "cuLaunchCooperativeKernel", false);

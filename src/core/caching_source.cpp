@@ -1,0 +1,89 @@
+#include "core/caching_source.hpp"
+
+#include "alloc/driver_backend.hpp"
+#include "core/device_state.hpp"
+
+namespace cudarc::detail {
+namespace {
+
+alloc::StreamKey key_of(sys::Stream stream) noexcept { return reinterpret_cast<alloc::StreamKey>(stream); }
+
+// Note: stream handles are stable keys because cudarc never destroys an owned stream while the device
+// lives (they go back to the device's stream pool), so a handle value cannot be reused by another stream
+// while blocks are cached under it.
+class CachingSource final : public CachingResource {
+public:
+    CachingSource(DeviceState& device, const AllocatorConfig& config)
+        : device_(device), allocator_(make_backend(device), config) {}
+
+    MemoryBlock allocate(std::size_t bytes, StreamState& stream) override {
+        const alloc::Allocation allocation = allocator_.allocate(bytes, key_of(stream.handle()));
+        return {allocation.ptr, allocation.block};
+    }
+
+    void deallocate(const MemoryBlock& block, std::size_t bytes, StreamState& home,
+                    std::vector<StreamUse> uses) noexcept override {
+        std::vector<alloc::PendingUse> pending;
+        try {
+            pending.reserve(uses.size() + 1);
+            for (StreamUse& use : uses) {
+                if (use.stream.get() == &home) continue;  // same stream: reuse is ordered by the stream itself
+                if (use.event == nullptr) use.event = use.stream->mark();
+                pending.push_back({key_of(use.stream->handle()), std::exchange(use.event, nullptr)});
+            }
+            // A foreign stream may be destroyed and its handle value reused by an unrelated stream, so a
+            // block of a foreign stream is gated by an event rather than by the stream's identity.
+            if (home.ownership() == StreamOwnership::foreign) pending.push_back({key_of(home.handle()), home.mark()});
+            allocator_.free(alloc::Allocation{block.ptr, bytes, static_cast<alloc::Block*>(block.handle)}, pending);
+            pending.clear();  // ownership of the events passed to the allocator
+        } catch (const Error& error) {
+            device_.defer(error);
+        } catch (...) {
+        }
+        for (const auto& use : pending) device_.events().release(use.event);
+        for (StreamUse& use : uses) device_.events().release(use.event);
+    }
+
+    void empty_cache() override { allocator_.empty_cache(); }
+    alloc::CachingAllocator& allocator() noexcept override { return allocator_; }
+
+private:
+    static std::unique_ptr<alloc::AllocatorBackend> make_backend(DeviceState& device) {
+        alloc::DriverBackendHooks hooks;
+        hooks.owner = &device;
+        hooks.record_event = [](void* owner, alloc::StreamKey stream) -> alloc::EventHandle {
+            auto& d = *static_cast<DeviceState*>(owner);
+            d.bind();
+            return d.record_event(reinterpret_cast<sys::Stream>(stream));
+        };
+        hooks.release_event = [](void* owner, alloc::EventHandle event) noexcept {
+            static_cast<DeviceState*>(owner)->events().release(event);
+        };
+        hooks.count = [](void* owner, alloc::DriverBackendHooks::Call call) noexcept {
+            auto& counters = static_cast<DeviceState*>(owner)->counters();
+            switch (call) {
+                case alloc::DriverBackendHooks::Call::host_blocking_wait:
+                    AtomicCounters::bump(counters.event_synchronizes);
+                    break;
+                case alloc::DriverBackendHooks::Call::driver_allocation:
+                    AtomicCounters::bump(counters.driver_allocations);
+                    break;
+                case alloc::DriverBackendHooks::Call::driver_free:
+                    AtomicCounters::bump(counters.driver_frees);
+                    break;
+            }
+        };
+        return std::make_unique<alloc::DriverBackend>(device.api(), device.ordinal(), device.context(), hooks);
+    }
+
+    DeviceState& device_;
+    alloc::CachingAllocator allocator_;
+};
+
+}  // namespace
+
+std::unique_ptr<CachingResource> make_caching_source(DeviceState& device, const AllocatorConfig& config) {
+    return std::make_unique<CachingSource>(device, config);
+}
+
+}  // namespace cudarc::detail
