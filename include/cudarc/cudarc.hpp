@@ -6,6 +6,7 @@
 #include "cudarc/device.hpp"
 #include "cudarc/error.hpp"
 #include "cudarc/event.hpp"
+#include "cudarc/graph.hpp"
 #include "cudarc/kernel.hpp"
 #include "cudarc/launch.hpp"
 #include "cudarc/launch_config.hpp"
