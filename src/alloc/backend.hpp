@@ -21,7 +21,9 @@ using EventHandle = sys::Event;
 
 // A use of a block on `stream`: `event` was recorded on `stream` after its last use of the block.
 // Handing one to the allocator passes the event's ownership to it (it releases it to the pool).
-// A null `event` asks the allocator to record one on `stream` when the block is freed.
+// A null `event` asks the allocator to record one on `stream` when the block is freed (not on the
+// block's own stream). An event on the block's own stream gates its reuse like any other: pass one
+// only when the stream's identity may not last (a foreign stream whose handle could be reused).
 struct PendingUse {
     StreamKey stream = 0;
     EventHandle event = nullptr;

@@ -390,9 +390,10 @@ void CachingAllocator::free_locked(Block* block, std::span<const PendingUse> use
         ++block->graph_holds;
     }
     const auto route = [&](const PendingUse& use) {
-        // An event on the block's own stream orders nothing that stream does not order already; one
-        // recorded inside a capture cannot be queried, and the capture holds the block anyway.
-        if (use.stream == block->stream || is_being_captured(use.stream)) {
+        // An event recorded inside a capture cannot be queried; the capture holds the block anyway.
+        // Note: an event on the block's own stream is honoured too: the caller passes one when the
+        // stream's identity may not last (a foreign stream whose handle value could be reused).
+        if (is_being_captured(use.stream)) {
             backend_->release_event(use.event);
             return;
         }

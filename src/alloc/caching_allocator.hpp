@@ -51,9 +51,10 @@ class CachingAllocator {
     // cannot be met even after freeing the cache and waiting for pending frees.
     [[nodiscard]] Allocation allocate(std::size_t bytes, StreamKey stream);
 
-    // Gives a block back. Without uses on other streams it is reusable at once on its own stream;
-    // otherwise it waits until every use's event has completed. A use without an event gets one
-    // recorded on its stream now. Takes ownership of the events (only when it returns normally).
+    // Gives a block back. Without uses it is reusable at once on its own stream; otherwise it waits
+    // until every use's event has completed (an event on its own stream too: pass none for an owned
+    // stream, whose later work is ordered anyway). A use without an event on another stream gets one
+    // recorded now. Takes ownership of the events (only when it returns normally).
     // Throws cudarc::Error, changing nothing, on a double free.
     void free(const Allocation& allocation, std::span<const PendingUse> uses = {});
 

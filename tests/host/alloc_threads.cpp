@@ -147,7 +147,6 @@ TEST_CASE("alloc.thread_safety") {
         std::vector<EventHandle> my_events;
         auto free_one = [&](std::size_t i) {
             const Allocation a = live[i].allocation;
-            const StreamKey home = live[i].stream;
             live[i] = live.back();
             live.pop_back();
             const int how = percent(rng);
@@ -161,10 +160,7 @@ TEST_CASE("alloc.thread_safety") {
                 }
             }
             std::vector<EventHandle> gating;
-            for (const PendingUse& u : uses) {
-                // An event on the block's own stream gates nothing: later work there is ordered anyway.
-                if (u.stream != home) gating.push_back(u.event);
-            }
+            for (const PendingUse& u : uses) gating.push_back(u.event);  // own-stream events gate too
             // Now and then a raw-pointer user, or a use without an event: the allocator records that
             // stream's event itself.
             const bool raw_user = how >= 35 && how < 50;
