@@ -1,0 +1,510 @@
+// Optimizer kernels, part 2: device-only machinery shared by optim_32bit.cu and optim_8bit.cu.
+//
+// Work is cut into tiles (kTile32 or kTile8 elements, see optim_common.cuh). The per-tensor kernels
+// walk a tensor's tiles with a grid-stride loop; the multi-tensor kernels give each block one chunk
+// (a run of whole tiles of one tensor). Both call the same tile routine, so every element sees the
+// same arithmetic in either layout, and the max_unorm partial sums (one per tile, summed in a fixed
+// order) are identical too: per-tensor and multi-tensor results are bitwise equal.
+#pragma once
+
+#include "optim_common.cuh"
+
+// A butterfly over 32 lanes. Note: __shfl_xor_sync is CUDA's; HIP's __shfl_xor takes a width, and
+// 32 keeps the groups the same on AMD's 64-wide wavefronts.
+#if defined(__HIPCC_RTC__) || defined(__HIP__)
+#define CUDARC_OPTIM_SHFL_XOR(value, mask) __shfl_xor((value), (mask), 32)
+#else
+#define CUDARC_OPTIM_SHFL_XOR(value, mask) __shfl_xor_sync(0xffffffffu, (value), (mask))
+#endif
+
+namespace cudarc_optim {
+
+// Vectors moved as one access (ld/st.global.v4 / .v2 on NVIDIA, dwordx4 / x2 on AMD).
+struct alignas(16) Vec4f {
+    float x, y, z, w;
+};
+struct alignas(16) Vec4u {
+    unsigned x, y, z, w;
+};
+struct alignas(8) Vec2u {
+    unsigned x, y;
+};
+
+__device__ __forceinline__ bool aligned_to(const void* pointer, unsigned long long bytes) {
+    return (reinterpret_cast<unsigned long long>(pointer) & (bytes - 1ull)) == 0;
+}
+
+// --- 4 elements (32-bit state path) ---
+__device__ __forceinline__ void load_vec4(const float* p, float (&out)[4]) {
+    const Vec4f v = *reinterpret_cast<const Vec4f*>(p);
+    out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+}
+__device__ __forceinline__ void store_vec4(float* p, const float (&in)[4]) {
+    const Vec4f v = {in[0], in[1], in[2], in[3]};
+    *reinterpret_cast<Vec4f*>(p) = v;
+}
+__device__ __forceinline__ void load_vec4(const u16* p, u16 (&out)[4]) {
+    const Vec2u v = *reinterpret_cast<const Vec2u*>(p);
+    out[0] = static_cast<u16>(v.x), out[1] = static_cast<u16>(v.x >> 16);
+    out[2] = static_cast<u16>(v.y), out[3] = static_cast<u16>(v.y >> 16);
+}
+__device__ __forceinline__ void store_vec4(u16* p, const u16 (&in)[4]) {
+    const Vec2u v = {in[0] | (static_cast<unsigned>(in[1]) << 16),
+                     in[2] | (static_cast<unsigned>(in[3]) << 16)};
+    *reinterpret_cast<Vec2u*>(p) = v;
+}
+
+// --- 8 elements (8-bit state path) ---
+__device__ __forceinline__ void load_vec8(const float* p, float (&out)[8]) {
+    const Vec4f a = reinterpret_cast<const Vec4f*>(p)[0];
+    const Vec4f b = reinterpret_cast<const Vec4f*>(p)[1];
+    out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w, out[4] = b.x, out[5] = b.y, out[6] = b.z,
+    out[7] = b.w;
+}
+__device__ __forceinline__ void store_vec8(float* p, const float (&in)[8]) {
+    const Vec4f a = {in[0], in[1], in[2], in[3]};
+    const Vec4f b = {in[4], in[5], in[6], in[7]};
+    reinterpret_cast<Vec4f*>(p)[0] = a;
+    reinterpret_cast<Vec4f*>(p)[1] = b;
+}
+__device__ __forceinline__ void load_vec8(const u16* p, u16 (&out)[8]) {
+    const Vec4u v = *reinterpret_cast<const Vec4u*>(p);
+    const unsigned words[4] = {v.x, v.y, v.z, v.w};
+    for (int k = 0; k < 4; ++k) {
+        out[2 * k] = static_cast<u16>(words[k]);
+        out[2 * k + 1] = static_cast<u16>(words[k] >> 16);
+    }
+}
+__device__ __forceinline__ void store_vec8(u16* p, const u16 (&in)[8]) {
+    unsigned words[4];
+    for (int k = 0; k < 4; ++k) words[k] = in[2 * k] | (static_cast<unsigned>(in[2 * k + 1]) << 16);
+    const Vec4u v = {words[0], words[1], words[2], words[3]};
+    *reinterpret_cast<Vec4u*>(p) = v;
+}
+__device__ __forceinline__ void load_vec8(const u8* p, u8 (&out)[8]) {
+    const Vec2u v = *reinterpret_cast<const Vec2u*>(p);
+    for (int k = 0; k < 4; ++k) {
+        out[k] = static_cast<u8>(v.x >> (8 * k));
+        out[k + 4] = static_cast<u8>(v.y >> (8 * k));
+    }
+}
+__device__ __forceinline__ void store_vec8(u8* p, const u8 (&in)[8]) {
+    Vec2u v = {0u, 0u};
+    for (int k = 0; k < 4; ++k) {
+        v.x |= static_cast<unsigned>(in[k]) << (8 * k);
+        v.y |= static_cast<unsigned>(in[k + 4]) << (8 * k);
+    }
+    *reinterpret_cast<Vec2u*>(p) = v;
+}
+
+// --- Reductions ---
+
+// Max over the 32 lanes of a group (threads 32k .. 32k+31); every lane gets the result.
+__device__ __forceinline__ float group_max(float value) {
+    for (int mask = 16; mask > 0; mask >>= 1) value = fp::max(value, CUDARC_OPTIM_SHFL_XOR(value, mask));
+    return value;
+}
+
+// Sum over the block, in an order fixed by thread index alone (so the result is reproducible
+// bit for bit); every thread gets it. `scratch` holds kThreads / 32 floats. Note: a butterfly
+// leaves the same bits in every lane because float addition is commutative.
+__device__ __forceinline__ float block_sum(float value, float* scratch) {
+    for (int mask = 16; mask > 0; mask >>= 1) value = fp::add(value, CUDARC_OPTIM_SHFL_XOR(value, mask));
+    __syncthreads();  // the previous use of scratch is over
+    if ((threadIdx.x & 31u) == 0) scratch[threadIdx.x >> 5] = value;
+    __syncthreads();
+    float total = scratch[0];
+    for (int group = 1; group < kThreads / 32; ++group) total = fp::add(total, scratch[group]);
+    return total;
+}
+
+// max_unorm, pass 1 epilogue. Each tile's partial sum of squared updates is already in
+// tensor.unorm[1 + tile]. The last block of the launch to finish (counted in *blocks_done) adds
+// each tensor's partials in a fixed order into tensor.unorm[0], then resets *blocks_done to 0 so
+// the counter is ready for the next launch (and for graph replays) with no host involvement.
+// Note: a deterministic sum, instead of one atomicAdd per block, keeps the clipped result
+// independent of block scheduling, hence equal across layouts and runs.
+template <int kTile>
+__device__ void finish_update_norms(const OptimTensor* tensors, int num_tensors, unsigned* blocks_done,
+                                    float* scratch) {
+    __shared__ int is_last;
+    __threadfence();  // this block's partials are visible device-wide before it is counted
+    __syncthreads();
+    if (threadIdx.x == 0) is_last = atomicAdd(blocks_done, 1u) == gridDim.x - 1u;
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+    for (int i = 0; i < num_tensors; ++i) {
+        float* unorm = tensors[i].unorm;
+        if (unorm == 0) continue;
+        const i64 tiles = (tensors[i].numel + kTile - 1) / kTile;
+        const volatile float* partials = unorm + 1;  // written by other blocks: bypass stale caches
+        float sum = 0.0f;
+        for (i64 k = threadIdx.x; k < tiles; k += kThreads) sum = fp::add(sum, partials[k]);
+        sum = block_sum(sum, scratch);
+        if (threadIdx.x == 0) unorm[0] = sum;
+    }
+    if (threadIdx.x == 0) *blocks_done = 0u;
+}
+
+// The clipping factor for this tensor in the update pass (pass 2, or the only pass).
+__device__ __forceinline__ float tensor_update_scale(const OptimTensor& t, const OptimParams& hp) {
+    if (!(hp.max_unorm > 0.0f) || t.unorm == 0) return 1.0f;
+    return unorm_scale(hp.max_unorm, t.unorm[0]);
+}
+
+// --- 32-bit state: one tile, 4 consecutive elements per thread ---
+//
+// kNormPass: read only, return this thread's sum of squared updates (elements in index order).
+// Otherwise: write parameters and state; set `saw_nonfinite` if a gradient element was not finite.
+template <int A, class D, bool kNormPass>
+__device__ __forceinline__ float tile_32bit(const OptimTensor& t, const OptimParams& hp, i64 begin, i64 end,
+                                            float scale, bool vector_ok, bool& saw_nonfinite) {
+    typedef typename D::Storage S;
+    const i64 first = begin + 4 * static_cast<i64>(threadIdx.x);
+    if (first >= end) return 0.0f;
+    const int count = end - first >= 4 ? 4 : static_cast<int>(end - first);
+    const bool with1 = uses_state1(A, hp);
+    const bool with2 = uses_state2(A);
+    S* param = static_cast<S*>(t.param) + first;
+    const S* grad = static_cast<const S*>(t.grad) + first;
+    float* state1 = static_cast<float*>(t.state1) + first;
+    float* state2 = static_cast<float*>(t.state2) + first;
+
+    S p_raw[4];
+    S g_raw[4];
+    float s1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float s2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const bool vector = vector_ok && count == 4;
+    if (vector) {
+        load_vec4(param, p_raw);
+        load_vec4(grad, g_raw);
+        if (with1) load_vec4(state1, s1);
+        if (with2) load_vec4(state2, s2);
+    } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            if (j >= count) continue;
+            p_raw[j] = param[j];
+            g_raw[j] = grad[j];
+            if (with1) s1[j] = state1[j];
+            if (with2) s2[j] = state2[j];
+        }
+    }
+    float norm_squared = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        if (j >= count) continue;
+        const float p = D::load(p_raw[j]);
+        float update;
+        if (update_element<A>(hp, p, D::load(g_raw[j]), s1[j], s2[j], update)) {
+            if (kNormPass) {
+                norm_squared = fp::fma(update, update, norm_squared);
+            } else {
+                p_raw[j] = D::store(apply_update<A>(hp, p, update, scale));
+            }
+        } else {
+            saw_nonfinite = true;
+        }
+    }
+    if (kNormPass) return norm_squared;
+    if (vector) {
+        store_vec4(param, p_raw);
+        if (with1) store_vec4(state1, s1);
+        if (with2) store_vec4(state2, s2);
+    } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            if (j >= count) continue;
+            param[j] = p_raw[j];
+            if (with1) state1[j] = s1[j];
+            if (with2) state2[j] = s2[j];
+        }
+    }
+    return 0.0f;
+}
+
+// --- 8-bit blockwise state: one tile, 8 consecutive elements per thread, 32 threads per block of 256 ---
+//
+// Order within one quantization block (docs/optimizers.md): dequantize the state with the block's
+// old absmax; update each element (a non-finite gradient keeps its state value and parameter); new
+// absmax = max |state| over the block (including kept values); write parameters from the
+// unquantized new state; quantize the state with the new absmax; write codes and absmax.
+template <int A, class D, bool kNormPass>
+__device__ __forceinline__ float tile_8bit(const OptimTensor& t, const OptimParams& hp, i64 begin, i64 end,
+                                           float scale, bool vector_ok, const QuantMapImage* map1,
+                                           const QuantMapImage* map2, bool& saw_nonfinite) {
+    typedef typename D::Storage S;
+    const i64 first = begin + 8 * static_cast<i64>(threadIdx.x);
+    const int count = first >= end ? 0 : (end - first >= 8 ? 8 : static_cast<int>(end - first));
+    const bool with1 = uses_state1(A, hp);
+    const bool with2 = uses_state2(A);
+    const i64 block = first / kQuantBlock;
+    S* param = static_cast<S*>(t.param) + first;
+    const S* grad = static_cast<const S*>(t.grad) + first;
+    u8* codes1 = static_cast<u8*>(t.state1) + first;
+    u8* codes2 = static_cast<u8*>(t.state2) + first;
+
+    S p_raw[8];
+    S g_raw[8];
+    u8 c1[8];
+    u8 c2[8];
+    const bool vector = vector_ok && count == 8;
+    if (vector) {
+        load_vec8(param, p_raw);
+        load_vec8(grad, g_raw);
+        if (with1) load_vec8(codes1, c1);
+        if (with2) load_vec8(codes2, c2);
+    } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            if (j >= count) continue;
+            p_raw[j] = param[j];
+            g_raw[j] = grad[j];
+            if (with1) c1[j] = codes1[j];
+            if (with2) c2[j] = codes2[j];
+        }
+    }
+    const float old_absmax1 = (count > 0 && with1) ? t.absmax1[block] : 0.0f;
+    const float old_absmax2 = (count > 0 && with2) ? t.absmax2[block] : 0.0f;
+
+    // Note: each parameter is finished as soon as its update is known (the clipping scale is fixed
+    // before the tile) and stored before the absmax reduction, so only the states stay live: fewer
+    // registers, more blocks per multiprocessor.
+    float s1[8];
+    float s2[8];
+    float max1 = 0.0f;
+    float max2 = 0.0f;
+    float norm_squared = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        s1[j] = 0.0f, s2[j] = 0.0f;
+        if (j >= count) continue;
+        if (with1) s1[j] = dequantize(map1->code, c1[j], old_absmax1);
+        if (with2) s2[j] = dequantize(map2->code, c2[j], old_absmax2);
+        const float p = D::load(p_raw[j]);
+        float update;
+        if (update_element<A>(hp, p, D::load(g_raw[j]), s1[j], s2[j], update)) {
+            if (kNormPass) {
+                norm_squared = fp::fma(update, update, norm_squared);
+            } else {
+                p_raw[j] = D::store(apply_update<A>(hp, p, update, scale));
+            }
+        } else {
+            saw_nonfinite = true;
+        }
+        max1 = fp::max(max1, fp::abs(s1[j]));
+        max2 = fp::max(max2, fp::abs(s2[j]));
+    }
+    if (kNormPass) return norm_squared;
+    if (vector) {
+        store_vec8(param, p_raw);
+    } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            if (j < count) param[j] = p_raw[j];
+        }
+    }
+
+    // Every lane of the group takes part, also those past the end (they contribute 0).
+    const float absmax1 = with1 ? group_max(max1) : 0.0f;
+    const float absmax2 = with2 ? group_max(max2) : 0.0f;
+    const float inv1 = inverse_absmax(absmax1);
+    const float inv2 = inverse_absmax(absmax2);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        if (j >= count) continue;
+        if (with1) c1[j] = quantize(*map1, s1[j], inv1);
+        if (with2) c2[j] = quantize(*map2, s2[j], inv2);
+    }
+    if (vector) {
+        if (with1) store_vec8(codes1, c1);
+        if (with2) store_vec8(codes2, c2);
+    } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            if (j >= count) continue;
+            if (with1) codes1[j] = c1[j];
+            if (with2) codes2[j] = c2[j];
+        }
+    }
+    if (count > 0 && (threadIdx.x & 31u) == 0) {
+        if (with1) t.absmax1[block] = absmax1;
+        if (with2) t.absmax2[block] = absmax2;
+    }
+    return 0.0f;
+}
+
+// --- Driving tiles: shared by both layouts ---
+
+// Pointers allow the vector path when every array the tile touches is aligned for it.
+template <int A, class D, int kElementsPerThread>
+__device__ __forceinline__ bool vector_path_ok(const OptimTensor& t, const OptimParams& hp, int state_bytes) {
+    const unsigned long long data_bytes = sizeof(typename D::Storage) * kElementsPerThread;
+    const unsigned long long state_vector = static_cast<unsigned long long>(state_bytes) * kElementsPerThread;
+    const unsigned long long data_align = data_bytes < 16 ? data_bytes : 16;
+    const unsigned long long state_align = state_vector < 16 ? state_vector : 16;
+    bool ok = aligned_to(t.param, data_align) && aligned_to(t.grad, data_align);
+    if (uses_state1(A, hp)) ok = ok && aligned_to(t.state1, state_align);
+    if (uses_state2(A)) ok = ok && aligned_to(t.state2, state_align);
+    return ok;
+}
+
+// Processes tiles first_tile, first_tile + stride, ... below end_tile, with elements limited to
+// [0, limit). In the norm pass, writes each tile's partial sum to t.unorm[1 + tile].
+template <int A, class D, bool kEightBit, bool kNormPass>
+__device__ __forceinline__ bool run_tiles(const OptimTensor& t, const OptimParams& hp, i64 first_tile,
+                                          i64 end_tile, i64 stride, i64 limit, const QuantMapImage* map1,
+                                          const QuantMapImage* map2, float* scratch) {
+    const int kTile = kEightBit ? kTile8 : kTile32;
+    const bool vector_ok = kEightBit ? vector_path_ok<A, D, 8>(t, hp, 1) : vector_path_ok<A, D, 4>(t, hp, 4);
+    const float scale = kNormPass ? 1.0f : tensor_update_scale(t, hp);
+    bool saw_nonfinite = false;
+    for (i64 tile = first_tile; tile < end_tile; tile += stride) {
+        const i64 begin = tile * kTile;
+        const i64 end = begin + kTile < limit ? begin + kTile : limit;
+        float partial;
+        if (kEightBit) {
+            partial =
+                tile_8bit<A, D, kNormPass>(t, hp, begin, end, scale, vector_ok, map1, map2, saw_nonfinite);
+        } else {
+            partial = tile_32bit<A, D, kNormPass>(t, hp, begin, end, scale, vector_ok, saw_nonfinite);
+        }
+        if (kNormPass) {
+            partial = block_sum(partial, scratch);
+            if (threadIdx.x == 0) t.unorm[1 + tile] = partial;
+        }
+    }
+    return saw_nonfinite;
+}
+
+// Copies a code map image (7424 bytes, 16-byte aligned) to shared memory: the search reads it
+// several times per element.
+__device__ __forceinline__ void stage_map(QuantMapImage* shared_map, const QuantMapImage* map, bool used) {
+    if (!used) return;
+    const int vectors = static_cast<int>(sizeof(QuantMapImage) / sizeof(Vec4u));
+    const Vec4u* from = reinterpret_cast<const Vec4u*>(map);
+    Vec4u* to = reinterpret_cast<Vec4u*>(shared_map);
+    for (int i = static_cast<int>(threadIdx.x); i < vectors; i += kThreads) to[i] = from[i];
+}
+
+// Shared memory for one block: reduction scratch and, for 8-bit state, the two map images.
+template <bool kEightBit>
+struct BlockShared {
+    float scratch[kThreads / 32];
+    QuantMapImage maps[2];
+    __device__ __forceinline__ QuantMapImage* map(int i) { return &maps[i]; }
+};
+template <>
+struct BlockShared<false> {
+    float scratch[kThreads / 32];
+    __device__ __forceinline__ QuantMapImage* map(int) { return 0; }
+};
+
+template <int A, class D, bool kEightBit, bool kNormPass>
+__device__ __forceinline__ void tensor_kernel(const OptimTensor& t, const OptimParams& hp,
+                                              const QuantMapImage* qmap1, const QuantMapImage* qmap2,
+                                              int* nonfinite_flag, unsigned* blocks_done) {
+    __shared__ BlockShared<kEightBit> shared;
+    float* scratch = shared.scratch;
+    const QuantMapImage* map1 = 0;
+    const QuantMapImage* map2 = 0;
+    if (kNormPass && (t.unorm == 0 || blocks_done == 0)) return;
+    if (kEightBit) {
+        map1 = shared.map(0);
+        map2 = shared.map(1);
+        stage_map(shared.map(0), qmap1, uses_state1(A, hp));
+        stage_map(shared.map(1), qmap2, uses_state2(A));
+        __syncthreads();
+    }
+    const int kTile = kEightBit ? kTile8 : kTile32;
+    const i64 tiles = (t.numel + kTile - 1) / kTile;
+    const bool saw_nonfinite = run_tiles<A, D, kEightBit, kNormPass>(t, hp, blockIdx.x, tiles, gridDim.x,
+                                                                     t.numel, map1, map2, scratch);
+    if (kNormPass) {
+        finish_update_norms<kEightBit ? kTile8 : kTile32>(&t, 1, blocks_done, scratch);
+    } else if (saw_nonfinite && nonfinite_flag != 0) {
+        *nonfinite_flag = 1;
+    }
+}
+
+template <int A, class D, bool kEightBit, bool kNormPass>
+__device__ __forceinline__ void multi_tensor_kernel(const OptimTensor* tensors, const OptimChunk* chunks,
+                                                    int num_tensors, const OptimParams& hp,
+                                                    const QuantMapImage* qmap1, const QuantMapImage* qmap2,
+                                                    int* nonfinite_flag, unsigned* blocks_done) {
+    __shared__ BlockShared<kEightBit> shared;
+    float* scratch = shared.scratch;
+    const QuantMapImage* map1 = 0;
+    const QuantMapImage* map2 = 0;
+    if (kNormPass && blocks_done == 0) return;
+    if (kEightBit) {
+        map1 = shared.map(0);
+        map2 = shared.map(1);
+        stage_map(shared.map(0), qmap1, uses_state1(A, hp));
+        stage_map(shared.map(1), qmap2, uses_state2(A));
+        __syncthreads();
+    }
+    const int kTile = kEightBit ? kTile8 : kTile32;
+    const OptimChunk chunk = chunks[blockIdx.x];
+    const OptimTensor t = tensors[chunk.tensor];
+    const i64 chunk_end = chunk.offset + chunk.count < t.numel ? chunk.offset + chunk.count : t.numel;
+    bool saw_nonfinite = false;
+    if (!kNormPass || t.unorm != 0) {
+        saw_nonfinite = run_tiles<A, D, kEightBit, kNormPass>(
+            t, hp, chunk.offset / kTile, (chunk_end + kTile - 1) / kTile, 1, chunk_end, map1, map2, scratch);
+    }
+    if (kNormPass) {
+        finish_update_norms<kEightBit ? kTile8 : kTile32>(tensors, num_tensors, blocks_done, scratch);
+    } else if (saw_nonfinite && nonfinite_flag != 0) {
+        *nonfinite_flag = 1;
+    }
+}
+
+}  // namespace cudarc_optim
+
+// Defines the four kernels of one (algorithm, dtype, state) triple; see kernel_abi.hpp for the names.
+// Note: the 8-bit kernels are bound by arithmetic and shared-memory latency, not by memory; capping
+// them at 80 registers (3 blocks of 256 threads per SM) made them about 25% faster on an
+// H200. On HIP the second __launch_bounds__ argument counts waves per SIMD, where 3 asks about the same.
+#define CUDARC_OPTIM_MIN_BLOCKS(EIGHT_BIT) ((EIGHT_BIT) ? 3 : 1)
+#define CUDARC_OPTIM_TENSOR_KERNEL(NAME, ALGO_ENUM, DTYPE_TAG, EIGHT_BIT, NORM_PASS)                         \
+    extern "C" __global__ void __launch_bounds__(256, CUDARC_OPTIM_MIN_BLOCKS(EIGHT_BIT))                    \
+        NAME(cudarc_optim::OptimTensor tensor, cudarc_optim::OptimParams params,                             \
+             const cudarc_optim::QuantMapImage* qmap1, const cudarc_optim::QuantMapImage* qmap2,             \
+             int* nonfinite_flag, unsigned* blocks_done) {                                                   \
+        cudarc_optim::tensor_kernel<cudarc_optim::ALGO_ENUM, cudarc_optim::DTYPE_TAG, EIGHT_BIT, NORM_PASS>( \
+            tensor, params, qmap1, qmap2, nonfinite_flag, blocks_done);                                      \
+    }
+#define CUDARC_OPTIM_MULTI_KERNEL(NAME, ALGO_ENUM, DTYPE_TAG, EIGHT_BIT, NORM_PASS)                       \
+    extern "C" __global__ void __launch_bounds__(256, CUDARC_OPTIM_MIN_BLOCKS(EIGHT_BIT))                 \
+        NAME(const cudarc_optim::OptimTensor* tensors, const cudarc_optim::OptimChunk* chunks,            \
+             int num_tensors, cudarc_optim::OptimParams params, const cudarc_optim::QuantMapImage* qmap1, \
+             const cudarc_optim::QuantMapImage* qmap2, int* nonfinite_flag, unsigned* blocks_done) {      \
+        cudarc_optim::multi_tensor_kernel<cudarc_optim::ALGO_ENUM, cudarc_optim::DTYPE_TAG, EIGHT_BIT,    \
+                                          NORM_PASS>(tensors, chunks, num_tensors, params, qmap1, qmap2,  \
+                                                     nonfinite_flag, blocks_done);                        \
+    }
+#define CUDARC_OPTIM_DEFINE_KERNELS(ALGORITHM, ALGO_ENUM, DTYPE, DTYPE_TAG, BITS, EIGHT_BIT)           \
+    CUDARC_OPTIM_TENSOR_KERNEL(cudarc_optim_##ALGORITHM##_##DTYPE##_##BITS##_tensor_update, ALGO_ENUM, \
+                               DTYPE_TAG, EIGHT_BIT, false)                                            \
+    CUDARC_OPTIM_TENSOR_KERNEL(cudarc_optim_##ALGORITHM##_##DTYPE##_##BITS##_tensor_unorm, ALGO_ENUM,  \
+                               DTYPE_TAG, EIGHT_BIT, true)                                             \
+    CUDARC_OPTIM_MULTI_KERNEL(cudarc_optim_##ALGORITHM##_##DTYPE##_##BITS##_multi_update, ALGO_ENUM,   \
+                              DTYPE_TAG, EIGHT_BIT, false)                                             \
+    CUDARC_OPTIM_MULTI_KERNEL(cudarc_optim_##ALGORITHM##_##DTYPE##_##BITS##_multi_unorm, ALGO_ENUM,    \
+                              DTYPE_TAG, EIGHT_BIT, true)
+
+// Compile-time selection. Without these defines a source file holds all 72 of its kernels; with
+// -DCUDARC_OPTIM_ALGORITHM=<Algorithm value> and/or -DCUDARC_OPTIM_DTYPE=<0 f32, 1 f16, 2 bf16> it
+// holds only the matching ones (4 for one pair), which compiles in a fraction of the time.
+#ifdef CUDARC_OPTIM_ALGORITHM
+#define CUDARC_OPTIM_WANT_ALGORITHM(value) (CUDARC_OPTIM_ALGORITHM == (value))
+#else
+#define CUDARC_OPTIM_WANT_ALGORITHM(value) 1
+#endif
+#ifdef CUDARC_OPTIM_DTYPE
+#define CUDARC_OPTIM_WANT_DTYPE(value) (CUDARC_OPTIM_DTYPE == (value))
+#else
+#define CUDARC_OPTIM_WANT_DTYPE(value) 1
+#endif
