@@ -8,6 +8,10 @@
 #include <vector>
 
 int main() {
+    if (!cudarc::Device::available()) {
+        std::printf("fork_join: no GPU available: skipped\n");
+        return 0;
+    }
     try {
         auto device = cudarc::Device::open(0);
         auto& parent = device.default_stream();
