@@ -1,0 +1,56 @@
+// cudarc::optim element types: what a parameter and its gradient are made of (fp32, fp16, bf16).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <type_traits>
+
+namespace cudarc::optim {
+
+// IEEE binary16, stored as its 16 bits. Note: C++20 has no portable half type, and the library's
+// kernels convert by bit manipulation, so the host side only needs the storage.
+struct half_bits {
+    std::uint16_t bits = 0;
+    friend constexpr bool operator==(half_bits, half_bits) = default;
+};
+
+// bfloat16 (the upper half of a float), stored as its 16 bits.
+struct bf16_bits {
+    std::uint16_t bits = 0;
+    friend constexpr bool operator==(bf16_bits, bf16_bits) = default;
+};
+
+static_assert(sizeof(half_bits) == 2 && std::is_trivially_copyable_v<half_bits>);
+static_assert(sizeof(bf16_bits) == 2 && std::is_trivially_copyable_v<bf16_bits>);
+
+// The element type of a parameter tensor (its gradient has the same one).
+enum class ElementType : int { f32 = 0, f16 = 1, bf16 = 2 };
+
+// The types a parameter tensor may hold: float, half_bits, bf16_bits.
+template <typename T>
+concept ParamElement =
+    std::is_same_v<T, float> || std::is_same_v<T, half_bits> || std::is_same_v<T, bf16_bits>;
+
+template <ParamElement T>
+inline constexpr ElementType element_type_of = std::is_same_v<T, float>       ? ElementType::f32
+                                               : std::is_same_v<T, half_bits> ? ElementType::f16
+                                                                              : ElementType::bf16;
+
+[[nodiscard]] constexpr std::size_t element_size(ElementType type) noexcept {
+    return type == ElementType::f32 ? 4 : 2;
+}
+
+[[nodiscard]] constexpr std::string_view to_string(ElementType type) noexcept {
+    switch (type) {
+        case ElementType::f32:
+            return "fp32";
+        case ElementType::f16:
+            return "fp16";
+        case ElementType::bf16:
+            return "bf16";
+    }
+    return "unknown";
+}
+
+}  // namespace cudarc::optim

@@ -1,0 +1,53 @@
+// cudarc::optim options: which update rule, how the state is stored, and each group's hyper-parameters.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace cudarc::optim {
+
+// The update rules (torch.optim's definitions; Lion as in its paper). docs/optimizers.md has the formulas.
+enum class UpdateRule : int { adam = 0, adamw = 1, sgd = 2, lion = 3, rmsprop = 4, adagrad = 5 };
+
+// How the optimizer state is stored: fp32, or 8-bit codes with one absmax per block of 256 elements
+// (bitsandbytes' blockwise dynamic quantization).
+enum class StatePrecision : int { fp32 = 0, blockwise8 = 1 };
+
+// Where the state lives. `managed` (paged) state is unified memory that the driver may page out under
+// memory pressure; each step prefetches it to the device on the step's own stream. Where the device
+// lacks concurrent managed access the optimizer falls back to device memory (Optimizer::state_placement).
+enum class StatePlacement : int { device = 0, managed = 1 };
+
+[[nodiscard]] std::string_view to_string(UpdateRule rule) noexcept;
+[[nodiscard]] std::string_view to_string(StatePrecision precision) noexcept;
+[[nodiscard]] std::string_view to_string(StatePlacement placement) noexcept;
+
+// One parameter group's hyper-parameters (torch.optim's names and meanings). Fields a rule does not
+// use are ignored. Validated when given to the optimizer; an invalid value throws cudarc::Error naming it.
+struct GroupOptions {
+    double lr = 1e-3;
+    double beta1 = 0.9;         // Adam, AdamW, Lion
+    double beta2 = 0.999;       // Adam, AdamW, Lion
+    double eps = 1e-8;          // Adam, AdamW, RMSprop, Adagrad
+    double weight_decay = 0.0;  // L2 for Adam, SGD, RMSprop, Adagrad; decoupled for AdamW and Lion
+    double momentum = 0.0;      // SGD
+    double dampening = 0.0;     // SGD
+    bool nesterov = false;      // SGD (needs momentum > 0 and dampening == 0)
+    double alpha = 0.99;        // RMSprop
+    double lr_decay = 0.0;      // Adagrad
+    // > 0: each tensor's update is scaled by min(1, max_unorm / ||update||_2), computed on the device.
+    double max_unorm = 0.0;
+};
+
+// torch.optim's defaults for `rule` (Lion: lr 1e-4, betas 0.9 / 0.99; AdamW: weight decay 1e-2).
+[[nodiscard]] GroupOptions default_options(UpdateRule rule) noexcept;
+
+struct OptimizerOptions {
+    UpdateRule rule = UpdateRule::adamw;
+    StatePrecision precision = StatePrecision::fp32;
+    StatePlacement placement = StatePlacement::device;
+    // Multi-tensor steps cut tensors into chunks of at most this many elements, one CUDA block each.
+    std::int64_t max_chunk_elements = 16384;
+};
+
+}  // namespace cudarc::optim

@@ -1,0 +1,51 @@
+// cudarc::optim::ParamTensor — one parameter tensor and its gradient, as a step reads and writes them.
+#pragma once
+
+#include <cstddef>
+
+#include "cudarc/optim/element_type.hpp"
+#include "cudarc/slice.hpp"
+
+namespace cudarc::optim {
+
+// A non-owning pair (parameter, gradient) of the same element type and size, both in device memory the
+// caller owns. Like DeviceView it must not outlive the buffers, and the optimizer does not keep it:
+// every step is given its tensors afresh (their hazard state tells it which work to wait for).
+class ParamTensor {
+  public:
+    // Throws cudarc::Error when the gradient's size differs from the parameter's.
+    template <ParamElement T>
+    ParamTensor(DeviceView<T> param, DeviceView<const T> grad)
+        : type_(element_type_of<T>),
+          numel_(param.size()),
+          param_buffer_(&param.buffer()),
+          param_ptr_(param.device_ptr()),
+          grad_buffer_(&grad.buffer()),
+          grad_ptr_(grad.device_ptr()) {
+        if (grad.size() != param.size()) throw_size_mismatch(param.size(), grad.size());
+    }
+    template <ParamElement T>
+    ParamTensor(DeviceView<T> param, DeviceView<T> grad) : ParamTensor(param, DeviceView<const T>(grad)) {}
+    template <ParamElement T>
+    ParamTensor(DeviceSlice<T>& param, const DeviceSlice<T>& grad) : ParamTensor(param.view(), grad.view()) {}
+
+    [[nodiscard]] ElementType element_type() const noexcept { return type_; }
+    [[nodiscard]] std::size_t numel() const noexcept { return numel_; }
+    [[nodiscard]] DevicePtr param_ptr() const noexcept { return param_ptr_; }
+    [[nodiscard]] DevicePtr grad_ptr() const noexcept { return grad_ptr_; }
+    // Internal: the buffers, for hazard tracking.
+    [[nodiscard]] detail::Buffer& param_buffer() const noexcept { return *param_buffer_; }
+    [[nodiscard]] detail::Buffer& grad_buffer() const noexcept { return *grad_buffer_; }
+
+  private:
+    [[noreturn]] static void throw_size_mismatch(std::size_t param, std::size_t grad);
+
+    ElementType type_;
+    std::size_t numel_;
+    detail::Buffer* param_buffer_;
+    DevicePtr param_ptr_;
+    detail::Buffer* grad_buffer_;
+    DevicePtr grad_ptr_;
+};
+
+}  // namespace cudarc::optim

@@ -1,0 +1,132 @@
+#include "optim/group_layout.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "cudarc/error.hpp"
+
+namespace cudarc::optim::detail {
+namespace {
+
+std::size_t align_up(std::size_t value) noexcept {
+    return (value + kRegionAlignment - 1) / kRegionAlignment * kRegionAlignment;
+}
+
+// Reserves `bytes` at the arena's end and returns its offset.
+std::size_t reserve(std::size_t& end, std::size_t bytes) noexcept {
+    const std::size_t offset = end;
+    end = align_up(end + bytes);
+    return offset;
+}
+
+}  // namespace
+
+int state_arrays(UpdateRule rule, double momentum) noexcept {
+    switch (rule) {
+        case UpdateRule::adam:
+        case UpdateRule::adamw:
+            return 2;
+        case UpdateRule::sgd:
+            return momentum != 0.0 ? 1 : 0;
+        case UpdateRule::lion:
+        case UpdateRule::rmsprop:
+        case UpdateRule::adagrad:
+            return 1;
+    }
+    return 0;
+}
+
+GroupLayout plan_group(StatePrecision precision, int state_count, std::span<const ElementType> types,
+                       std::span<const std::int64_t> numels, std::int64_t max_chunk_elements) {
+    if (types.size() != numels.size()) {
+        throw Error(
+            fmt::format("cudarc::optim: {} element types for {} tensors", types.size(), numels.size()));
+    }
+    if (numels.empty()) throw Error("cudarc::optim: a parameter group needs at least one tensor");
+    for (std::size_t i = 0; i < numels.size(); ++i) {
+        if (numels[i] < 0)
+            throw Error(fmt::format("cudarc::optim: tensor {} has a negative size ({})", i, numels[i]));
+    }
+    const StateFormat format =
+        precision == StatePrecision::blockwise8 ? StateFormat::blockwise8 : StateFormat::fp32;
+    const std::size_t state_element = precision == StatePrecision::blockwise8 ? 1 : 4;
+
+    GroupLayout layout;
+    std::size_t end = 0;
+    layout.flag_offset = 0;
+    layout.counter_offset = 16;
+    end = kRegionAlignment;
+    layout.tensors.resize(numels.size());
+    for (std::size_t i = 0; i < numels.size(); ++i) {
+        TensorLayout& t = layout.tensors[i];
+        t.type = types[i];
+        t.numel = numels[i];
+        const auto n = static_cast<std::size_t>(numels[i]);
+        t.begin = end;
+        if (state_count >= 1) t.state1 = reserve(end, n * state_element);
+        if (state_count >= 2) t.state2 = reserve(end, n * state_element);
+        if (format == StateFormat::blockwise8) {
+            const auto blocks = static_cast<std::size_t>(abi::absmax_count(numels[i]));
+            if (state_count >= 1) t.absmax1 = reserve(end, blocks * sizeof(float));
+            if (state_count >= 2) t.absmax2 = reserve(end, blocks * sizeof(float));
+        }
+        t.unorm = reserve(
+            end, static_cast<std::size_t>(abi::unorm_workspace_floats(numels[i], format)) * sizeof(float));
+        t.end = end;
+    }
+    layout.arena_bytes = end;
+
+    // One bucket per element type present, in the order types first appear.
+    for (std::size_t i = 0; i < layout.tensors.size(); ++i) {
+        TensorLayout& t = layout.tensors[i];
+        std::size_t b = 0;
+        while (b < layout.buckets.size() && layout.buckets[b].type != t.type) ++b;
+        if (b == layout.buckets.size()) layout.buckets.push_back(BucketLayout{t.type, {}, {}, 0, 0});
+        t.bucket = b;
+        t.slot = layout.buckets[b].tensors.size();
+        layout.buckets[b].tensors.push_back(i);
+    }
+    std::size_t table_end = 0;
+    for (BucketLayout& bucket : layout.buckets) {
+        std::vector<std::int64_t> sizes;
+        sizes.reserve(bucket.tensors.size());
+        for (const std::size_t i : bucket.tensors) sizes.push_back(layout.tensors[i].numel);
+        bucket.chunks = abi::make_chunks(sizes, format, max_chunk_elements);
+        bucket.descs_offset = reserve(table_end, bucket.tensors.size() * sizeof(abi::TensorDesc));
+        bucket.chunks_offset =
+            reserve(table_end, std::max<std::size_t>(1, bucket.chunks.size()) * sizeof(abi::Chunk));
+    }
+    layout.table_bytes = table_end;
+    return layout;
+}
+
+abi::TensorDesc describe(const GroupLayout& layout, std::size_t index, DevicePtr arena_base,
+                         TensorAddresses addresses) noexcept {
+    const TensorLayout& t = layout.tensors[index];
+    auto at = [arena_base](std::size_t offset) -> std::uint64_t {
+        return offset == kNoRegion ? 0 : arena_base + offset;
+    };
+    abi::TensorDesc desc;
+    desc.param = addresses.param;
+    desc.grad = addresses.grad;
+    desc.state1 = at(t.state1);
+    desc.state2 = at(t.state2);
+    desc.absmax1 = at(t.absmax1);
+    desc.absmax2 = at(t.absmax2);
+    desc.unorm = at(t.unorm);
+    desc.numel = t.numel;
+    return desc;
+}
+
+std::vector<abi::TensorDesc> bucket_descriptors(const GroupLayout& layout, std::size_t bucket,
+                                                DevicePtr arena_base,
+                                                std::span<const TensorAddresses> addresses) {
+    const BucketLayout& b = layout.buckets.at(bucket);
+    std::vector<abi::TensorDesc> descs;
+    descs.reserve(b.tensors.size());
+    for (const std::size_t i : b.tensors) descs.push_back(describe(layout, i, arena_base, addresses[i]));
+    return descs;
+}
+
+}  // namespace cudarc::optim::detail
