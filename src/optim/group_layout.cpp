@@ -13,10 +13,11 @@ std::size_t align_up(std::size_t value) noexcept {
     return (value + kRegionAlignment - 1) / kRegionAlignment * kRegionAlignment;
 }
 
-// Reserves `bytes` at the arena's end and returns its offset.
+// Reserves `bytes` at the arena's end and returns its offset. Note: an empty tensor's regions still
+// take one aligned slot each, so no two regions ever share an address.
 std::size_t reserve(std::size_t& end, std::size_t bytes) noexcept {
     const std::size_t offset = end;
-    end = align_up(end + bytes);
+    end = align_up(end + std::max<std::size_t>(bytes, 1));
     return offset;
 }
 
