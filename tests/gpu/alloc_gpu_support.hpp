@@ -1,0 +1,81 @@
+// Shared by the alloc_* GPU tests: reading the caching allocator's snapshot, and the invariants every
+// snapshot must satisfy whatever the test did before.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <cstddef>
+#include <optional>
+#include <string>
+
+#include "cudarc/cudarc.hpp"
+
+namespace cudarc::test {
+
+// The block whose range contains `address`, if a segment holds it.
+inline std::optional<AllocatorSnapshot::Block> block_at(const AllocatorSnapshot& snapshot,
+                                                        DevicePtr address) {
+    for (const auto& segment : snapshot.segments) {
+        if (address < segment.address || address >= segment.address + segment.size) continue;
+        for (const auto& block : segment.blocks) {
+            if (address >= block.address && address < block.address + block.size) return block;
+        }
+    }
+    return std::nullopt;
+}
+
+// True when [a, a + a_bytes) and [b, b + b_bytes) share a byte.
+inline bool ranges_overlap(DevicePtr a, std::size_t a_bytes, DevicePtr b, std::size_t b_bytes) {
+    return a < b + b_bytes && b < a + a_bytes;
+}
+
+// Checks a snapshot against the stats taken right after it (single-threaded use): blocks tile their
+// segments in address order, every block belongs to its segment's stream, no two adjacent blocks are both
+// free (they would have been merged), and the sums agree with the stats. Returns the number of problems.
+inline int check_snapshot_agrees(const AllocatorSnapshot& snapshot, const AllocatorStats& stats) {
+    using State = AllocatorSnapshot::BlockState;
+    int problems = 0;
+    auto problem = [&](const std::string& what) {
+        if (problems < 5) MESSAGE("allocator snapshot: " << what);
+        ++problems;
+    };
+    std::size_t reserved = 0;
+    std::size_t allocated = 0;
+    std::size_t held = 0;
+    std::size_t live = 0;
+    for (const auto& segment : snapshot.segments) {
+        reserved += segment.size;
+        DevicePtr next = segment.address;
+        bool previous_free = false;
+        for (const auto& block : segment.blocks) {
+            if (block.address != next) problem("a gap or an overlap inside a segment");
+            if (block.size == 0 || block.size % 512 != 0)
+                problem("a block size that is not a multiple of 512");
+            if (block.stream != segment.stream) problem("a block of another stream than its segment");
+            const bool is_free = block.state == State::free;
+            if (is_free && previous_free) problem("two adjacent free blocks (not merged)");
+            previous_free = is_free;
+            if (block.state == State::allocated) {
+                allocated += block.size;
+                ++live;
+            } else if (!is_free) {
+                held += block.size;
+            }
+            next = block.address + block.size;
+        }
+        if (next != segment.address + segment.size) problem("blocks do not cover their segment");
+    }
+    if (reserved != stats.reserved_bytes) problem("segment sizes do not add up to reserved_bytes");
+    if (snapshot.segments.size() != stats.segments) problem("segment count differs from stats.segments");
+    if (allocated != stats.allocated_bytes) problem("allocated blocks do not add up to allocated_bytes");
+    if (live != stats.live_allocations) problem("allocated block count differs from live_allocations");
+    if (allocated + held != stats.active_bytes) problem("allocated + held blocks differ from active_bytes");
+    return problems;
+}
+
+inline int check_snapshot_agrees(const Device& device) {
+    const AllocatorSnapshot snapshot = device.allocator_snapshot();
+    return check_snapshot_agrees(snapshot, device.allocator_stats());
+}
+
+}  // namespace cudarc::test
