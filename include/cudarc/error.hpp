@@ -19,6 +19,9 @@ class Error : public std::runtime_error {
 public:
     // A failure that is not a driver call (bad input, missing library).
     explicit Error(const std::string& message) : std::runtime_error(message) {}
+    // The same, on a known device.
+    Error(const std::string& message, int device, Backend backend)
+        : std::runtime_error(message), device_(device), backend_(backend) {}
 
     // A failing driver call: `api` is the entry point's name, `result` its raw code.
     Error(std::string api, int result, std::string result_name, std::string result_text, int device,
@@ -51,7 +54,7 @@ public:
         std::size_t device_free = 0;
         std::size_t device_total = 0;
     };
-    OutOfMemory(int device, const Figures& figures);
+    OutOfMemory(int device, const Figures& figures, Backend backend = Backend::cuda);
     [[nodiscard]] const Figures& figures() const noexcept { return figures_; }
 
 private:

@@ -96,6 +96,7 @@ Allocation CachingAllocator::allocate(std::size_t bytes, StreamKey stream) {
     if (block != nullptr) {
         ++stats_.cache_hits;
     } else {
+        ++stats_.cache_misses;
         block = allocate_with_escalation(size, stream, small);
     }
     return hand_out(block, size, stream);

@@ -31,7 +31,12 @@ void release_event(StreamUse& use) noexcept {
 void HazardState::before_access_slow(StreamState& stream, Access access) {
     stream.device().bind();
     if (access == Access::read) {
-        if (writer_.stream.get() == &stream) return;  // the last write was on this stream: already ordered
+        if (writer_.stream.get() == &stream) {
+            // Ordered after the write already; but an event recorded earlier for another stream's read no
+            // longer covers this later use: drop it, so whoever needs it next records a fresh one.
+            release_event(writer_);
+            return;
+        }
         const bool already_ordered = std::any_of(readers_.begin(), readers_.end(),
                                                  [&](const StreamUse& r) { return r.stream.get() == &stream; });
         if (already_ordered) return;  // this stream waited for the current write at its first read

@@ -26,11 +26,12 @@ Error::Error(std::string api, int result, std::string result_name, std::string r
       device_(device),
       backend_(backend) {}
 
-OutOfMemory::OutOfMemory(int device, const Figures& f)
+OutOfMemory::OutOfMemory(int device, const Figures& f, Backend backend)
     : Error(fmt::format("cudarc: out of memory on device {}: requested {} bytes; the allocator holds {} bytes "
                         "reserved, {} allocated; the device has {} of {} bytes free. Hint: free tensors you no "
                         "longer need, call empty_cache() to return cached blocks, or lower the batch size.",
-                        device, f.requested, f.reserved, f.allocated, f.device_free, f.device_total)),
+                        device, f.requested, f.reserved, f.allocated, f.device_free, f.device_total),
+            device, backend),
       figures_(f) {}
 
 }  // namespace cudarc

@@ -91,7 +91,7 @@ OutOfMemory make_out_of_memory(DeviceState& device, std::size_t requested, std::
     if (device.api().mem_get_info(&figures.device_free, &figures.device_total) != sys::kSuccess) {
         figures.device_free = figures.device_total = 0;
     }
-    return OutOfMemory(device.ordinal(), figures);
+    return OutOfMemory(device.ordinal(), figures, device.api().backend);
 }
 
 }  // namespace cudarc::detail

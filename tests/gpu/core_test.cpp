@@ -327,3 +327,22 @@ TEST_CASE("core.priorities_are_clamped") {
     auto low = device.create_stream(StreamOptions{.priority = 1000});
     CHECK(high.priority() <= low.priority());
 }
+
+TEST_CASE("core.read_on_the_writing_stream_after_another_read_orders_a_later_write") {
+    // The writer's event recorded for B's read does not cover A's later read: a write on C must still wait
+    // for that read.
+    auto device = Device::open(0);
+    SpinKernel spin(device);
+    auto a = device.create_stream();
+    auto b = device.create_stream();
+    auto c = device.create_stream();
+    constexpr std::size_t n = 1 << 20;
+    const auto original = test::random_floats(n);
+    auto slice = DeviceSlice<float>::from_host(a, original);
+    auto snapshot = DeviceSlice<float>::zeros(a, n);
+    CHECK(bitwise_equal(slice.to_vector(b), original));  // B reads: an event is recorded on A for it
+    spin.launch(a, spin.cycles_for_ms(150));
+    copy(a, snapshot.view(), slice.view());  // A reads again, behind the spin
+    slice.copy_from_host(c, test::random_floats(n));  // C writes: must wait for A's second read
+    CHECK(bitwise_equal(snapshot.to_vector(a), original));
+}

@@ -101,6 +101,7 @@ TEST_CASE("core.out_of_memory_carries_figures") {
     CHECK(what.find("6000") != std::string::npos);
     CHECK(what.find("Hint") != std::string::npos);
     CHECK(oom.figures().reserved == 6000);
+    CHECK(oom.device() == 1);
 }
 
 TEST_CASE("core.counters_subtract_and_sum") {
