@@ -1,0 +1,862 @@
+// The optimizer front end on a GPU: every rule x element type x state precision against the float64
+// references (src/optim/reference.hpp), bitwise agreement between every way of running the same step
+// (per tensor, multi-tensor, legacy, graph replay, a wrapped foreign stream, paged state), the gradient
+// written behind pending work, non-finite gradients, and zero host synchronizations per step.
+//
+// Sizes are small (about 10^5 elements per problem) so the suite also runs under compute-sanitizer.
+#include <doctest/doctest.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cudarc/optim/optimizer.hpp"
+#include "gpu_test.hpp"
+#include "optim/kernel_abi.hpp"
+#include "optim/group_layout.hpp"
+#include "optim/legacy_step.hpp"
+#include "optim/options_bridge.hpp"
+#include "optim/quantization.hpp"
+#include "optim/reference.hpp"
+
+namespace {
+
+using namespace cudarc;
+using optim::ElementType;
+using optim::GroupId;
+using optim::GroupOptions;
+using optim::StatePrecision;
+using optim::TensorState;
+using optim::UpdateRule;
+namespace reference = optim::reference;
+namespace abi = optim::abi;
+
+constexpr UpdateRule kRules[] = {UpdateRule::adam, UpdateRule::adamw,   UpdateRule::sgd,
+                                 UpdateRule::lion, UpdateRule::rmsprop, UpdateRule::adagrad};
+constexpr ElementType kTypes[] = {ElementType::f32, ElementType::f16, ElementType::bf16};
+constexpr StatePrecision kPrecisions[] = {StatePrecision::fp32, StatePrecision::blockwise8};
+
+std::mt19937_64& rng() {
+    return test::rng();
+}
+double uniform(double lo, double hi) {
+    return std::uniform_real_distribution<double>(lo, hi)(rng());
+}
+std::size_t pick(std::size_t n) {
+    return static_cast<std::size_t>(rng()() % n);
+}
+
+optim::DType dtype_of(ElementType type) {
+    return optim::detail::to_dtype(type);
+}
+
+// NaN patterns no kernel writes by accident, per element type (in the low bits of a word).
+std::uint32_t poison_word(ElementType type) {
+    switch (type) {
+        case ElementType::f32:
+            return test::kPoison;
+        case ElementType::f16:
+            return 0x7d5au;
+        case ElementType::bf16:
+            return 0x7fa5u;
+    }
+    return 0;
+}
+std::uint32_t infinity_word(ElementType type, bool negative) {
+    switch (type) {
+        case ElementType::f32:
+            return negative ? 0xff800000u : 0x7f800000u;
+        case ElementType::f16:
+            return negative ? 0xfc00u : 0x7c00u;
+        case ElementType::bf16:
+            return negative ? 0xff80u : 0x7f80u;
+    }
+    return 0;
+}
+std::uint32_t nan_word(ElementType type) {
+    switch (type) {
+        case ElementType::f32:
+            return 0x7fc00000u;
+        case ElementType::f16:
+            return 0x7e00u;
+        case ElementType::bf16:
+            return 0x7fc0u;
+    }
+    return 0;
+}
+
+// --- One problem: a group of tensors, its hyper-parameters and its starting state --------------------
+
+struct Problem {
+    UpdateRule rule = UpdateRule::adamw;
+    StatePrecision precision = StatePrecision::fp32;
+    GroupOptions options;
+    double grad_scale = 1.0;
+    std::int64_t steps_before = 0;  // the step tested is steps_before + 1
+    std::vector<ElementType> types;
+    std::vector<std::vector<std::uint32_t>> params;  // element bits (fp16/bf16 in the low half)
+    std::vector<std::vector<std::uint32_t>> grads;   // stored (scaled) gradients
+    std::vector<TensorState> states;                 // starting state (all empty: zero state)
+
+    [[nodiscard]] std::string describe() const {
+        return fmt::format("{} {} state, step {}, grad_scale {}, max_unorm {}", optim::to_string(rule),
+                           optim::to_string(precision), steps_before + 1, grad_scale, options.max_unorm);
+    }
+    [[nodiscard]] int state_count() const { return optim::detail::state_arrays(rule, options.momentum); }
+};
+
+GroupOptions random_options(UpdateRule rule) {
+    GroupOptions o = optim::default_options(rule);
+    o.lr = std::exp(uniform(std::log(1e-4), std::log(1e-2)));
+    o.beta1 = uniform(0.8, 0.95);
+    o.beta2 = rule == UpdateRule::lion ? uniform(0.9, 0.99) : uniform(0.95, 0.999);
+    o.eps = std::exp(uniform(std::log(1e-8), std::log(1e-6)));
+    o.weight_decay = pick(3) == 0 ? 0.0 : uniform(0.0, 0.1);
+    if (rule == UpdateRule::sgd) {
+        o.momentum = pick(4) == 0 ? 0.0 : uniform(0.5, 0.95);
+        o.nesterov = o.momentum > 0.0 && pick(2) == 0;
+        o.dampening = o.nesterov ? 0.0 : uniform(0.0, 0.3);
+    }
+    o.alpha = uniform(0.9, 0.99);
+    o.lr_decay = pick(2) == 0 ? 0.0 : uniform(0.0, 0.01);
+    return o;
+}
+
+// A random starting state in the ranges training produces (second moments are never negative).
+TensorState random_state(UpdateRule rule, StatePrecision precision, int state_count, std::size_t n) {
+    TensorState s;
+    const bool second_moment_first = rule == UpdateRule::rmsprop || rule == UpdateRule::adagrad;
+    auto values = [&](bool nonnegative, double scale) {
+        std::vector<float> v(n);
+        for (auto& x : v) x = static_cast<float>(nonnegative ? uniform(0.0, scale) : uniform(-scale, scale));
+        return v;
+    };
+    const std::vector<float> s1 = state_count >= 1
+                                      ? values(second_moment_first, second_moment_first ? 1e-2 : 0.05)
+                                      : std::vector<float>{};
+    const std::vector<float> s2 = state_count >= 2 ? values(true, 1e-3) : std::vector<float>{};
+    if (precision == StatePrecision::fp32) {
+        s.state1 = s1;
+        s.state2 = s2;
+        return s;
+    }
+    const optim::Algorithm algorithm = optim::detail::to_algorithm(rule);
+    if (state_count >= 1) {
+        auto q = optim::quantize_blockwise(s1, optim::dynamic_map(abi::state_map(algorithm, 1)));
+        s.codes1 = std::move(q.codes);
+        s.absmax1 = std::move(q.absmax);
+    }
+    if (state_count >= 2) {
+        auto q = optim::quantize_blockwise(s2, optim::dynamic_map(abi::state_map(algorithm, 2)));
+        s.codes2 = std::move(q.codes);
+        s.absmax2 = std::move(q.absmax);
+    }
+    return s;
+}
+
+std::uint32_t random_word(ElementType type, double lo, double hi) {
+    return reference::to_bits(dtype_of(type), uniform(lo, hi));
+}
+
+Problem make_problem(UpdateRule rule, StatePrecision precision, std::vector<ElementType> types, bool clip) {
+    Problem p;
+    p.rule = rule;
+    p.precision = precision;
+    p.options = random_options(rule);
+    p.types = std::move(types);
+    const bool has_half = std::find(p.types.begin(), p.types.end(), ElementType::f16) != p.types.end();
+    const double scales[] = {1.0, 4.0, 1024.0, 0.125};
+    p.grad_scale = scales[pick(has_half ? 3 : 4)];
+    p.steps_before = pick(3) == 0 ? 0 : static_cast<std::int64_t>(1 + pick(40));
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < p.types.size(); ++i) {
+        // Odd sizes, one spanning several chunks, one tiny.
+        const std::size_t n = i == 0 ? 40000 + pick(30000) : (i == 1 ? 1 + pick(300) : 1 + pick(9000));
+        total += n;
+        std::vector<std::uint32_t> param(n);
+        std::vector<std::uint32_t> grad(n);
+        for (std::size_t k = 0; k < n; ++k) {
+            param[k] = random_word(p.types[i], -1.0, 1.0);
+            grad[k] = random_word(p.types[i], -p.grad_scale, p.grad_scale);
+        }
+        p.params.push_back(std::move(param));
+        p.grads.push_back(std::move(grad));
+        p.states.push_back(p.steps_before == 0 ? TensorState{}
+                                               : random_state(rule, precision, p.state_count(), n));
+    }
+    if (clip) {
+        // A fraction of the update norm the step would have (about lr per element for most rules), so the
+        // clipping is active for the large tensor and maybe not for the tiny one.
+        p.options.max_unorm = p.options.lr * std::sqrt(static_cast<double>(total)) * uniform(0.02, 0.2);
+    }
+    return p;
+}
+
+// --- Device side ------------------------------------------------------------------------------------------
+
+// One tensor's parameter and gradient on the device, of a run-time element type.
+struct DeviceTensor {
+    ElementType type = ElementType::f32;
+    DeviceSlice<float> f32_param, f32_grad;
+    DeviceSlice<optim::half_bits> f16_param, f16_grad;
+    DeviceSlice<optim::bf16_bits> bf16_param, bf16_grad;
+
+    DeviceTensor(Stream& stream, ElementType t, const std::vector<std::uint32_t>& param,
+                 const std::vector<std::uint32_t>& grad)
+        : type(t) {
+        switch (type) {
+            case ElementType::f32:
+                f32_param = DeviceSlice<float>::from_host(stream, to<float>(param));
+                f32_grad = DeviceSlice<float>::from_host(stream, to<float>(grad));
+                break;
+            case ElementType::f16:
+                f16_param = DeviceSlice<optim::half_bits>::from_host(stream, to<optim::half_bits>(param));
+                f16_grad = DeviceSlice<optim::half_bits>::from_host(stream, to<optim::half_bits>(grad));
+                break;
+            case ElementType::bf16:
+                bf16_param = DeviceSlice<optim::bf16_bits>::from_host(stream, to<optim::bf16_bits>(param));
+                bf16_grad = DeviceSlice<optim::bf16_bits>::from_host(stream, to<optim::bf16_bits>(grad));
+                break;
+        }
+    }
+
+    [[nodiscard]] optim::ParamTensor tensor() {
+        switch (type) {
+            case ElementType::f16:
+                return {f16_param, f16_grad};
+            case ElementType::bf16:
+                return {bf16_param, bf16_grad};
+            case ElementType::f32:
+                break;
+        }
+        return {f32_param, f32_grad};
+    }
+
+    [[nodiscard]] std::vector<std::uint32_t> param_words(Stream& stream) const {
+        switch (type) {
+            case ElementType::f16:
+                return words(f16_param.to_vector(stream));
+            case ElementType::bf16:
+                return words(bf16_param.to_vector(stream));
+            case ElementType::f32:
+                break;
+        }
+        return words(f32_param.to_vector(stream));
+    }
+
+    // Copies `source`'s gradient into this one on `stream`: a device-to-device copy, fully asynchronous
+    // (no pageable staging that could wait for the stream), tracked as a write on `stream`.
+    void copy_grad_from(Stream& stream, const DeviceTensor& source) {
+        switch (type) {
+            case ElementType::f32:
+                copy(stream, f32_grad.view(), source.f32_grad.view());
+                break;
+            case ElementType::f16:
+                copy(stream, f16_grad.view(), source.f16_grad.view());
+                break;
+            case ElementType::bf16:
+                copy(stream, bf16_grad.view(), source.bf16_grad.view());
+                break;
+        }
+    }
+
+    template <typename T>
+    static std::vector<T> to(const std::vector<std::uint32_t>& w) {
+        std::vector<T> out(w.size());
+        for (std::size_t i = 0; i < w.size(); ++i) {
+            if constexpr (std::is_same_v<T, float>) {
+                out[i] = std::bit_cast<float>(w[i]);
+            } else {
+                out[i] = T{static_cast<std::uint16_t>(w[i])};
+            }
+        }
+        return out;
+    }
+    template <typename T>
+    static std::vector<std::uint32_t> words(const std::vector<T>& v) {
+        std::vector<std::uint32_t> out(v.size());
+        for (std::size_t i = 0; i < v.size(); ++i) {
+            if constexpr (std::is_same_v<T, float>) {
+                out[i] = std::bit_cast<std::uint32_t>(v[i]);
+            } else {
+                out[i] = v[i].bits;
+            }
+        }
+        return out;
+    }
+};
+
+struct Outcome {
+    std::vector<std::vector<std::uint32_t>> params;
+    std::vector<TensorState> states;
+};
+
+enum class Variant { multi_tensor, per_tensor, legacy, graph, foreign_stream, paged_state };
+
+const char* to_string(Variant v) {
+    switch (v) {
+        case Variant::multi_tensor:
+            return "multi-tensor";
+        case Variant::per_tensor:
+            return "per-tensor";
+        case Variant::legacy:
+            return "legacy";
+        case Variant::graph:
+            return "graph replay";
+        case Variant::foreign_stream:
+            return "foreign stream";
+        case Variant::paged_state:
+            return "paged state";
+    }
+    return "?";
+}
+
+// A fresh optimizer for `p`, its state set to p's starting state.
+struct Setup {
+    std::vector<DeviceTensor> device;
+    std::vector<optim::ParamTensor> tensors;
+    optim::Optimizer optimizer;
+    GroupId group;
+
+    Setup(Stream& stream, const Problem& p, optim::StatePlacement placement = optim::StatePlacement::device)
+        : device(upload(stream, p)),
+          tensors(views(device)),
+          optimizer(stream, optim::OptimizerOptions{p.rule, p.precision, placement, 16384}),
+          group(optimizer.add_group(stream, p.options, tensors)) {
+        optimizer.set_grad_scale(p.grad_scale);
+        if (p.steps_before > 0) optimizer.set_step_count(group, p.steps_before);
+        for (std::size_t i = 0; i < p.states.size(); ++i) {
+            if (p.steps_before > 0) optimizer.write_state(stream, group, i, p.states[i]);
+        }
+    }
+
+    static std::vector<DeviceTensor> upload(Stream& stream, const Problem& p) {
+        std::vector<DeviceTensor> out;
+        out.reserve(p.types.size());
+        for (std::size_t i = 0; i < p.types.size(); ++i)
+            out.emplace_back(stream, p.types[i], p.params[i], p.grads[i]);
+        return out;
+    }
+    static std::vector<optim::ParamTensor> views(std::vector<DeviceTensor>& device) {
+        std::vector<optim::ParamTensor> out;
+        for (auto& d : device) out.push_back(d.tensor());
+        return out;
+    }
+
+    [[nodiscard]] Outcome read(Stream& stream) {
+        Outcome o;
+        for (std::size_t i = 0; i < device.size(); ++i) {
+            o.params.push_back(device[i].param_words(stream));
+            o.states.push_back(optimizer.read_state(stream, group, i));
+        }
+        return o;
+    }
+};
+
+void check_no_host_synchronization(const Counters& delta, bool kernels_launched = true) {
+    CHECK(delta.host_synchronizations() == 0);
+    CHECK(delta.blocking_copies == 0);
+    if (kernels_launched) CHECK(delta.kernel_launches > 0);
+}
+
+// Runs one step of `p` as `variant` and returns what it left.
+Outcome run(Device& device, const Problem& p, Variant variant) {
+    CAPTURE(to_string(variant));
+    Stream stream = device.create_stream();
+    Stream foreign_owner = device.create_stream();  // stands for another framework's stream
+    Stream foreign = Stream::wrap(device, foreign_owner.native());
+    const auto placement =
+        variant == Variant::paged_state ? optim::StatePlacement::managed : optim::StatePlacement::device;
+    Setup s(stream, p, placement);
+    if (variant == Variant::paged_state) {
+        const bool supported = device.attribute(89) != 0;  // CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS
+        CHECK(s.optimizer.state_placement() ==
+              (supported ? optim::StatePlacement::managed : optim::StatePlacement::device));
+    }
+
+    Counters before = device.counters();
+    switch (variant) {
+        case Variant::multi_tensor:
+        case Variant::paged_state:
+            s.optimizer.step(stream, s.group, s.tensors);
+            break;
+        case Variant::per_tensor:
+            for (std::size_t i = 0; i < s.tensors.size(); ++i)
+                s.optimizer.step(stream, s.group, i, s.tensors[i]);
+            break;
+        case Variant::foreign_stream:
+            s.optimizer.step(foreign, s.group, s.tensors);
+            break;
+        case Variant::legacy:
+            device.synchronize();  // the legacy stream does not wait for cudarc's non-blocking streams
+            before = device.counters();
+            for (std::size_t i = 0; i < s.tensors.size(); ++i) {
+                optim::detail::legacy_step(s.optimizer, s.group, i, s.tensors[i]);
+            }
+            break;
+        case Variant::graph: {
+            stream.synchronize();
+            Graph graph =
+                capture(stream, [&](Stream& captured) { s.optimizer.step(captured, s.group, s.tensors); });
+            before = device.counters();
+            graph.launch(stream);
+            check_no_host_synchronization(device.counters() - before, false);  // a replay is no kernel launch
+            Outcome o = s.read(stream);
+            CHECK(s.optimizer.step_count(s.group) == p.steps_before + 1);
+            return o;
+        }
+    }
+    const Counters delta = device.counters() - before;
+    if (variant == Variant::legacy) {
+        CHECK(delta.context_synchronizes == s.tensors.size());
+    } else {
+        check_no_host_synchronization(delta);
+    }
+    CHECK(s.optimizer.step_count(s.group) == p.steps_before + 1);
+    return s.read(stream);
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() &&
+           (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
+void check_identical(const Outcome& a, const Outcome& b) {
+    REQUIRE(a.params.size() == b.params.size());
+    for (std::size_t i = 0; i < a.params.size(); ++i) {
+        CAPTURE(i);
+        CHECK(a.params[i] == b.params[i]);
+        CHECK(same_bits(a.states[i].state1, b.states[i].state1));
+        CHECK(same_bits(a.states[i].state2, b.states[i].state2));
+        CHECK(a.states[i].codes1 == b.states[i].codes1);
+        CHECK(a.states[i].codes2 == b.states[i].codes2);
+        CHECK(same_bits(a.states[i].absmax1, b.states[i].absmax1));
+        CHECK(same_bits(a.states[i].absmax2, b.states[i].absmax2));
+    }
+}
+
+// --- The float64 reference
+// ----------------------------------------------------------------------------------
+
+struct ReferenceTensor {
+    std::vector<double> param;           // new parameters
+    std::vector<double> state1, state2;  // fp32 state
+    reference::QuantizedState q1, q2;    // 8-bit state
+    reference::StepReport report;
+};
+
+// Counts mismatches and remembers the first few, so a failure says where and by how much.
+struct Mismatches {
+    std::size_t count = 0;
+    std::string first;
+    void add(const std::string& what) {
+        if (count++ < 5) first += what + "\n";
+    }
+};
+
+// Lion moves each parameter by +-lr by the sign of c = beta1 m + (1 - beta1) g. Where c is zero to within
+// float rounding, float and double may disagree on its sign: such (rare) elements are not compared.
+bool lion_sign_is_ambiguous(const Problem& p, std::size_t t, std::size_t i, const abi::KernelParams& kp) {
+    if (p.rule != UpdateRule::lion) return false;
+    const double g =
+        reference::from_bits(dtype_of(p.types[t]), p.grads[t][i]) * static_cast<double>(kp.inv_grad_scale);
+    double m = 0.0;
+    if (p.steps_before > 0) {
+        const TensorState& s = p.states[t];
+        if (p.precision == StatePrecision::fp32) {
+            m = s.state1[i];
+        } else {
+            const auto& map = optim::dynamic_map(abi::state_map(optim::Algorithm::lion, 1));
+            m = static_cast<double>(map[s.codes1[i]]) * static_cast<double>(s.absmax1[i / 256]);
+        }
+    }
+    const double b1 = kp.beta1;
+    const double c = b1 * m + (1.0 - b1) * g;
+    return std::abs(c) <= 1e-6 * (std::abs(b1 * m) + std::abs((1.0 - b1) * g));
+}
+
+void compare_with_reference(const Problem& p, const Outcome& device, bool expect_clipping) {
+    const optim::Algorithm algorithm = optim::detail::to_algorithm(p.rule);
+    const abi::KernelParams kp =
+        optim::detail::kernel_params("test", p.rule, p.options, p.grad_scale, p.steps_before + 1);
+    const int states = p.state_count();
+    bool clipped_somewhere = false;
+    for (std::size_t t = 0; t < p.types.size(); ++t) {
+        CAPTURE(t);
+        const optim::DType dtype = dtype_of(p.types[t]);
+        const std::size_t n = p.params[t].size();
+        std::vector<double> param(n);
+        std::vector<double> grad(n);
+        for (std::size_t i = 0; i < n; ++i) {
+            param[i] = reference::from_bits(dtype, p.params[t][i]);
+            grad[i] = reference::from_bits(dtype, p.grads[t][i]);
+        }
+        const std::vector<double> old_param = param;
+        const TensorState& start = p.states[t];
+        const bool zero_start = p.steps_before == 0;
+        Mismatches bad;
+
+        if (p.precision == StatePrecision::fp32) {
+            std::vector<double> s1(states >= 1 ? n : 0, 0.0);
+            std::vector<double> s2(states >= 2 ? n : 0, 0.0);
+            if (!zero_start) {
+                for (std::size_t i = 0; i < s1.size(); ++i) s1[i] = start.state1[i];
+                for (std::size_t i = 0; i < s2.size(); ++i) s2[i] = start.state2[i];
+            }
+            const std::vector<double> old1 = s1;
+            const std::vector<double> old2 = s2;
+            const reference::StepReport report = reference::step(algorithm, kp, param, grad, s1, s2);
+            clipped_somewhere = clipped_somewhere || report.update_scale < 1.0;
+            REQUIRE(device.states[t].state1.size() == s1.size());
+            REQUIRE(device.states[t].state2.size() == s2.size());
+            const double wd = kp.weight_decay;
+            for (std::size_t i = 0; i < n; ++i) {
+                const double scaled = grad[i] * static_cast<double>(kp.inv_grad_scale);
+                const double g = std::isfinite(scaled) ? scaled : 0.0;
+                // Magnitudes a float computation of this element rounds against.
+                const double magnitude = std::abs(g) + g * g + wd * std::abs(old_param[i]);
+                auto check_state = [&](const std::vector<float>& dev, double old, double expected,
+                                       const char* name) {
+                    const double tol = 2e-5 * (std::abs(old) + magnitude + std::abs(expected)) + 1e-30;
+                    if (!(std::abs(static_cast<double>(dev[i]) - expected) <= tol)) {
+                        bad.add(fmt::format("{}[{}]: device {} reference {} (was {}, g {})", name, i, dev[i],
+                                            expected, old, g));
+                    }
+                };
+                if (states >= 1) check_state(device.states[t].state1, old1[i], s1[i], "state1");
+                if (states >= 2) check_state(device.states[t].state2, old2[i], s2[i], "state2");
+            }
+        } else {
+            reference::QuantizedState q1(abi::state_map(algorithm, 1), n);
+            reference::QuantizedState q2(abi::state_map(algorithm, 2), n);
+            if (!zero_start) {
+                q1.codes = start.codes1;
+                q1.absmax = start.absmax1;
+                q2.codes = start.codes2;
+                q2.absmax = start.absmax2;
+            }
+            const reference::StepReport report = reference::step_8bit(
+                algorithm, kp, param, grad, states >= 1 ? &q1 : nullptr, states >= 2 ? &q2 : nullptr);
+            clipped_somewhere = clipped_somewhere || report.update_scale < 1.0;
+            auto check_quantized = [&](const reference::QuantizedState& q,
+                                       const std::vector<std::uint8_t>& codes,
+                                       const std::vector<float>& absmax, const char* name) {
+                REQUIRE(codes.size() == n);
+                REQUIRE(absmax.size() == q.absmax.size());
+                for (std::size_t b = 0; b < absmax.size(); ++b) {
+                    const double expected = q.absmax[b];
+                    if (!(std::abs(static_cast<double>(absmax[b]) - expected) <= 2e-6 * expected)) {
+                        bad.add(fmt::format("{} absmax[{}]: device {} reference {}", name, b, absmax[b],
+                                            expected));
+                    }
+                }
+                for (std::size_t i = 0; i < n; ++i) {
+                    if (!reference::codes_agree(q.map(), codes[i], q.codes[i], q.normalized[i], 2e-6)) {
+                        bad.add(fmt::format("{} code[{}]: device {} reference {} (normalized {})", name, i,
+                                            codes[i], q.codes[i], q.normalized[i]));
+                    }
+                }
+            };
+            if (states >= 1) check_quantized(q1, device.states[t].codes1, device.states[t].absmax1, "state1");
+            if (states >= 2) check_quantized(q2, device.states[t].codes2, device.states[t].absmax2, "state2");
+        }
+
+        // Parameters: fp16/bf16 within one unit in the last place of the rounded reference; fp32 within
+        // float rounding of the magnitudes involved (the old value and the update).
+        for (std::size_t i = 0; i < n; ++i) {
+            if (lion_sign_is_ambiguous(p, t, i, kp)) continue;
+            const std::uint32_t got = device.params[t][i];
+            if (p.types[t] == ElementType::f32) {
+                const double value = static_cast<double>(std::bit_cast<float>(got));
+                const double change = std::abs(param[i] - old_param[i]);
+                const double tol =
+                    1e-6 * std::abs(old_param[i]) + 2e-5 * change + 1e-6 * std::abs(param[i]) + 1e-30;
+                if (!(std::abs(value - param[i]) <= tol)) {
+                    bad.add(fmt::format("param[{}]: device {} reference {} (was {})", i, value, param[i],
+                                        old_param[i]));
+                }
+            } else {
+                const std::uint32_t expected = reference::to_bits(dtype, param[i]);
+                if (reference::ulp_distance(dtype, got, expected) > 1) {
+                    bad.add(fmt::format("param[{}]: device bits {:#x} reference {:#x} ({})", i, got, expected,
+                                        param[i]));
+                }
+            }
+        }
+        CAPTURE(bad.first);
+        CHECK(bad.count == 0);
+    }
+    if (expect_clipping) CHECK(clipped_somewhere);
+}
+
+std::string case_name(UpdateRule rule, ElementType type, StatePrecision precision) {
+    return fmt::format("{} {} {}", optim::to_string(rule), optim::to_string(type),
+                       optim::to_string(precision));
+}
+
+}  // namespace
+
+TEST_CASE("optim.every_rule_type_and_precision_matches_the_reference") {
+    auto device = Device::open(0);
+    for (const UpdateRule rule : kRules) {
+        for (const ElementType type : kTypes) {
+            for (const StatePrecision precision : kPrecisions) {
+                for (const bool clip : {false, true}) {
+                    const std::string name = case_name(rule, type, precision);
+                    CAPTURE(name);
+                    const Problem p = make_problem(rule, precision, {type, type, type}, clip);
+                    const std::string description = p.describe();
+                    CAPTURE(description);
+                    const Outcome multi = run(device, p, Variant::multi_tensor);
+                    compare_with_reference(p, multi, clip);
+                    // The same step tensor by tensor: bitwise the same.
+                    check_identical(multi, run(device, p, Variant::per_tensor));
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("optim.all_ways_of_running_a_step_agree_bitwise") {
+    auto device = Device::open(0);
+    const Variant variants[] = {Variant::per_tensor, Variant::legacy, Variant::graph, Variant::foreign_stream,
+                                Variant::paged_state};
+    struct Case {
+        UpdateRule rule;
+        std::vector<ElementType> types;  // a mixed group: one multi-tensor launch per element type
+        StatePrecision precision;
+        bool clip;
+    };
+    const Case cases[] = {
+        {UpdateRule::adamw,
+         {ElementType::f32, ElementType::bf16, ElementType::f32},
+         StatePrecision::fp32,
+         false},
+        {UpdateRule::adamw,
+         {ElementType::bf16, ElementType::f16, ElementType::f32},
+         StatePrecision::blockwise8,
+         true},
+        {UpdateRule::lion,
+         {ElementType::f16, ElementType::f16, ElementType::bf16},
+         StatePrecision::blockwise8,
+         false},
+        {UpdateRule::sgd, {ElementType::f32, ElementType::f16, ElementType::f16}, StatePrecision::fp32, true},
+        {UpdateRule::adagrad,
+         {ElementType::bf16, ElementType::bf16, ElementType::bf16},
+         StatePrecision::fp32,
+         true},
+    };
+    for (const Case& c : cases) {
+        const Problem p = make_problem(c.rule, c.precision, c.types, c.clip);
+        const std::string description = p.describe();
+        CAPTURE(description);
+        const Outcome expected = run(device, p, Variant::multi_tensor);
+        compare_with_reference(p, expected, c.clip);
+        for (const Variant variant : variants) {
+            CAPTURE(to_string(variant));
+            check_identical(expected, run(device, p, variant));
+        }
+    }
+}
+
+TEST_CASE("optim.step_reads_the_gradient_written_behind_pending_work") {
+    auto device = Device::open(0);
+    test::SpinKernel spin(device);
+    for (const StatePrecision precision : kPrecisions) {
+        for (const ElementType type : {ElementType::f32, ElementType::bf16}) {
+            const Problem p = make_problem(UpdateRule::adamw, precision, {type, type, type},
+                                           precision == StatePrecision::fp32);
+            const std::string description = p.describe();
+            CAPTURE(description);
+            const Outcome ungated = run(device, p, Variant::multi_tensor);
+
+            // The gradient buffers hold poison until the delayed write lands; reading poison would skip every
+            // element (NaN) and set the non-finite flag.
+            Problem poisoned = p;
+            for (std::size_t t = 0; t < p.grads.size(); ++t) {
+                std::fill(poisoned.grads[t].begin(), poisoned.grads[t].end(), poison_word(type));
+            }
+            for (const bool other_stream : {false, true}) {
+                CAPTURE(other_stream);
+                Stream stream = device.create_stream();
+                Stream writer = device.create_stream();
+                Setup s(stream, poisoned);
+                Stream& producer = other_stream ? writer : stream;
+                std::vector<DeviceTensor> fresh = Setup::upload(producer, p);  // the new gradients
+                device.synchronize();
+                spin.launch(producer, spin.cycles_for_ms(200.0));
+                for (std::size_t t = 0; t < s.device.size(); ++t)
+                    s.device[t].copy_grad_from(producer, fresh[t]);
+                const Counters before = device.counters();
+                s.optimizer.step(stream, s.group, s.tensors);
+                check_no_host_synchronization(device.counters() - before);
+                // The step was enqueued while the gradient was still being produced.
+                CHECK_FALSE(producer.query());
+                const Outcome gated = s.read(stream);
+                check_identical(ungated, gated);
+                CHECK_FALSE(s.optimizer.nonfinite_seen(stream));
+            }
+        }
+    }
+}
+
+TEST_CASE("optim.nonfinite_gradient_leaves_its_element_and_sets_the_flag") {
+    auto device = Device::open(0);
+    struct Case {
+        UpdateRule rule;
+        ElementType type;
+        StatePrecision precision;
+    };
+    const Case cases[] = {{UpdateRule::adam, ElementType::f32, StatePrecision::fp32},
+                          {UpdateRule::lion, ElementType::bf16, StatePrecision::blockwise8},
+                          {UpdateRule::sgd, ElementType::f16, StatePrecision::fp32},
+                          {UpdateRule::rmsprop, ElementType::f32, StatePrecision::blockwise8},
+                          {UpdateRule::adamw, ElementType::f16, StatePrecision::blockwise8}};
+    for (const Case& c : cases) {
+        const std::string name = case_name(c.rule, c.type, c.precision);
+        CAPTURE(name);
+        Problem p = make_problem(c.rule, c.precision, {c.type, c.type, c.type}, false);
+        std::vector<std::pair<std::size_t, std::size_t>> spoiled;
+        for (int k = 0; k < 12; ++k) {
+            const std::size_t t = pick(p.grads.size());
+            const std::size_t i = pick(p.grads[t].size());
+            p.grads[t][i] = k % 3 == 0 ? nan_word(c.type) : infinity_word(c.type, k % 3 == 1);
+            spoiled.emplace_back(t, i);
+        }
+        Stream stream = device.create_stream();
+        Setup s(stream, p);
+        CHECK_FALSE(s.optimizer.nonfinite_seen(stream));
+        const Counters before = device.counters();
+        s.optimizer.step(stream, s.group, s.tensors);
+        check_no_host_synchronization(device.counters() - before);
+        const Outcome o = s.read(stream);
+        for (const auto& [t, i] : spoiled) CHECK(o.params[t][i] == p.params[t][i]);
+        compare_with_reference(p, o, false);
+        CHECK(s.optimizer.nonfinite_seen(stream));
+        CHECK(s.optimizer.nonfinite_seen(stream, s.group));
+        s.optimizer.reset_nonfinite(stream);
+        CHECK_FALSE(s.optimizer.nonfinite_seen(stream));
+
+        // A clean step leaves the flag clear.
+        Problem clean = p;
+        for (auto& grad : clean.grads) {
+            for (auto& w : grad) w = random_word(c.type, -1.0, 1.0);
+        }
+        const std::vector<DeviceTensor> fresh = Setup::upload(stream, clean);
+        for (std::size_t t = 0; t < p.grads.size(); ++t) s.device[t].copy_grad_from(stream, fresh[t]);
+        s.optimizer.step(stream, s.group, s.tensors);
+        CHECK_FALSE(s.optimizer.nonfinite_seen(stream));
+    }
+}
+
+TEST_CASE("optim.tensors_stepped_alone_then_together_keep_their_own_step_numbers") {
+    auto device = Device::open(0);
+    for (const StatePrecision precision : kPrecisions) {
+        Problem p = make_problem(UpdateRule::adam, precision,
+                                 {ElementType::f32, ElementType::f32, ElementType::bf16}, false);
+        p.steps_before = 0;
+        p.states.assign(p.types.size(), TensorState{});
+        Stream stream = device.create_stream();
+        Setup s(stream, p);
+        // Tensor 0 alone (its step 1), then the group: tensor 0 takes step 2, the others step 1.
+        s.optimizer.step(stream, s.group, 0, s.tensors[0]);
+        CHECK(s.optimizer.step_count(s.group, 0) == 1);
+        CHECK(s.optimizer.step_count(s.group, 1) == 0);
+        const Counters before = device.counters();
+        s.optimizer.step(stream, s.group, s.tensors);
+        check_no_host_synchronization(device.counters() - before);
+        CHECK(s.optimizer.step_count(s.group, 0) == 2);
+        CHECK(s.optimizer.step_count(s.group, 2) == 1);
+        CHECK(s.optimizer.step_count(s.group) == 2);
+        const Outcome o = s.read(stream);
+
+        // Against the group stepped once (tensors 1, 2), and once more from there (tensor 0).
+        const Outcome after_one = run(device, p, Variant::multi_tensor);
+        for (std::size_t t = 1; t < p.types.size(); ++t) {
+            CHECK(o.params[t] == after_one.params[t]);
+            CHECK(o.states[t].codes1 == after_one.states[t].codes1);
+            CHECK(same_bits(o.states[t].state1, after_one.states[t].state1));
+        }
+        Problem second = p;
+        second.steps_before = 1;
+        second.params[0] = after_one.params[0];
+        second.states[0] = after_one.states[0];
+        // The other tensors of `second` only fill the group; tensor 0 is what is compared.
+        for (std::size_t t = 1; t < p.types.size(); ++t) second.states[t] = after_one.states[t];
+        const Outcome twice = run(device, second, Variant::multi_tensor);
+        CHECK(o.params[0] == twice.params[0]);
+        CHECK(same_bits(o.states[0].state1, twice.states[0].state1));
+        CHECK(same_bits(o.states[0].state2, twice.states[0].state2));
+        CHECK(o.states[0].codes1 == twice.states[0].codes1);
+        CHECK(o.states[0].codes2 == twice.states[0].codes2);
+    }
+}
+
+TEST_CASE("optim.new_buffers_between_steps_update_the_tables") {
+    auto device = Device::open(0);
+    const Problem p = make_problem(UpdateRule::adamw, StatePrecision::fp32,
+                                   {ElementType::f32, ElementType::f32, ElementType::f32}, false);
+    const Outcome expected = run(device, p, Variant::per_tensor);
+    Stream stream = device.create_stream();
+    Setup s(stream, p);
+    // The same values in other buffers: the group's descriptor table must follow them.
+    std::vector<DeviceTensor> moved = Setup::upload(stream, p);
+    const std::vector<optim::ParamTensor> tensors = Setup::views(moved);
+    const Counters before = device.counters();
+    s.optimizer.step(stream, s.group, tensors);
+    check_no_host_synchronization(device.counters() - before);
+    for (std::size_t t = 0; t < moved.size(); ++t) {
+        CHECK(moved[t].param_words(stream) == expected.params[t]);
+        CHECK(s.device[t].param_words(stream) == p.params[t]);  // the registered buffers are untouched
+    }
+}
+
+TEST_CASE("optim.bad_input_leaves_the_optimizer_as_it_was") {
+    auto device = Device::open(0);
+    const Problem p = make_problem(UpdateRule::sgd, StatePrecision::fp32,
+                                   {ElementType::f32, ElementType::f16, ElementType::f32}, false);
+    Stream stream = device.create_stream();
+    Setup s(stream, p);
+    const std::int64_t steps = s.optimizer.step_count(s.group);
+    const GroupOptions options = s.optimizer.options(s.group);
+
+    CHECK_THROWS_AS(static_cast<void>(s.optimizer.add_group(stream, p.options, {})), Error);
+    CHECK(s.optimizer.group_count() == 1);
+
+    const std::vector<optim::ParamTensor> too_few(s.tensors.begin(), s.tensors.end() - 1);
+    CHECK_THROWS_AS(s.optimizer.step(stream, s.group, too_few), Error);
+    std::vector<optim::ParamTensor> swapped = s.tensors;
+    std::swap(swapped[0], swapped[1]);
+    CHECK_THROWS_AS(s.optimizer.step(stream, s.group, swapped), Error);
+    CHECK_THROWS_AS(s.optimizer.step(stream, s.group, 1, s.tensors[0]), Error);
+    CHECK_THROWS_AS(s.optimizer.step(stream, GroupId{7}, s.tensors), Error);
+    CHECK(s.optimizer.step_count(s.group) == steps);
+    for (std::size_t t = 0; t < s.device.size(); ++t) CHECK(s.device[t].param_words(stream) == p.params[t]);
+
+    GroupOptions bad = options;
+    bad.lr = -1.0;
+    CHECK_THROWS_AS(s.optimizer.set_options(s.group, bad), Error);
+    CHECK_THROWS_AS(s.optimizer.set_grad_scale(0.0), Error);
+    CHECK(s.optimizer.grad_scale() == p.grad_scale);
+    CHECK(s.optimizer.options(s.group).lr == options.lr);
+    if (options.momentum == 0.0) {
+        GroupOptions with_momentum = options;
+        with_momentum.momentum = 0.9;
+        CHECK_THROWS_AS(s.optimizer.set_options(s.group, with_momentum), Error);
+    }
+    TensorState wrong = s.optimizer.read_state(stream, s.group, 0);
+    wrong.state1.push_back(0.0f);
+    wrong.state2.push_back(0.0f);
+    CHECK_THROWS_AS(s.optimizer.write_state(stream, s.group, 0, wrong), Error);
+
+    // Still usable, and the step is the one it would have been.
+    s.optimizer.step(stream, s.group, s.tensors);
+    check_identical(run(device, p, Variant::multi_tensor), s.read(stream));
+}
