@@ -67,6 +67,11 @@ void HazardState::record_use(StreamState& stream) {
     readers_.push_back({stream.shared_from_this(), nullptr});
 }
 
+void HazardState::forget_home_use() noexcept {
+    release_event(writer_);
+    writer_ = {};
+}
+
 std::vector<StreamUse> HazardState::take_uses() {
     std::vector<StreamUse> uses = std::move(readers_);
     readers_.clear();
@@ -113,9 +118,15 @@ Buffer::~Buffer() { release(); }
 void Buffer::release() noexcept {
     if (device_ && ptr_ != 0) {
         std::vector<StreamUse> uses;
-        try {
-            uses = hazards_.take_uses();
-        } catch (...) {
+        if (hazards_.used_only_on(*home_)) {
+            // Note: the common case, handled without building a list (no heap allocation per free):
+            // the home stream orders the free after its own work.
+            hazards_.forget_home_use();
+        } else {
+            try {
+                uses = hazards_.take_uses();
+            } catch (...) {
+            }
         }
         device_->memory().deallocate(MemoryBlock{ptr_, allocation_}, bytes_, *home_, std::move(uses));
     } else {

@@ -23,6 +23,17 @@ public:
 
     void deallocate(const MemoryBlock& block, std::size_t bytes, StreamState& home,
                     std::vector<StreamUse> uses) noexcept override {
+        const alloc::Allocation allocation{block.ptr, bytes, static_cast<alloc::Block*>(block.handle)};
+        if (uses.empty() && home.ownership() != StreamOwnership::foreign) {
+            // Note: the hot path: same-stream reuse needs no event and no list.
+            try {
+                allocator_.free(allocation);
+            } catch (const Error& error) {
+                device_.defer(error);
+            } catch (...) {
+            }
+            return;
+        }
         std::vector<alloc::PendingUse> pending;
         try {
             pending.reserve(uses.size() + 1);
@@ -34,7 +45,7 @@ public:
             // A foreign stream may be destroyed and its handle value reused by an unrelated stream, so a
             // block of a foreign stream is gated by an event rather than by the stream's identity.
             if (home.ownership() == StreamOwnership::foreign) pending.push_back({key_of(home.handle()), home.mark()});
-            allocator_.free(alloc::Allocation{block.ptr, bytes, static_cast<alloc::Block*>(block.handle)}, pending);
+            allocator_.free(allocation, pending);
             pending.clear();  // ownership of the events passed to the allocator
         } catch (const Error& error) {
             device_.defer(error);

@@ -52,6 +52,12 @@ public:
 
     // Every recorded use (the writer and the readers), leaving this state empty. Events may be null.
     [[nodiscard]] std::vector<StreamUse> take_uses();
+    // Drops the (home stream's) writer entry when used_only_on() holds, returning its event to the pool.
+    void forget_home_use() noexcept;
+    // True when no stream but `stream` used the buffer since it was created or last written.
+    [[nodiscard]] bool used_only_on(const StreamState& stream) const noexcept {
+        return readers_.empty() && (!writer_.stream || writer_.stream.get() == &stream);
+    }
 
     [[nodiscard]] const StreamUse& writer() const noexcept { return writer_; }
     [[nodiscard]] const std::vector<StreamUse>& readers() const noexcept { return readers_; }
