@@ -257,6 +257,8 @@ CellResult OptimizerBench::run(const CellSpec& spec) {
     const optim::OptimizerOptions optimizer_options{rule_, spec.precision, optim::StatePlacement::device,
                                                     16384};
     for (auto& run : runs) {
+        // Note: reserved, so the ParamTensors (which point at the slices' buffers) stay valid.
+        run.params.reserve(spec.sizes.size());
         for (std::size_t i = 0; i < spec.sizes.size(); ++i) {
             run.params.push_back(DeviceSlice<T>::uninitialized(stream_, initial[i].size()));
             copy(stream_, run.params.back().view(), initial[i].view());
@@ -300,23 +302,22 @@ CellResult OptimizerBench::run(const CellSpec& spec) {
     result.legacy_over_current_wall = result.wall[0].median / result.wall[1].median;
 
     // Every variant ran the same steps from the same start: parameters and state must agree bitwise.
+    auto same = [](const auto& x, const auto& y) {
+        return x.size() == y.size() &&
+               (x.empty() || std::memcmp(x.data(), y.data(), x.size() * sizeof(x[0])) == 0);
+    };
     auto& baseline = runs[static_cast<std::size_t>(Variant::current)];
-    for (std::size_t v = 0; v < 4; ++v) {
-        if (v == static_cast<std::size_t>(Variant::current)) continue;
-        auto& other = runs[v];
-        for (std::size_t i = 0; i < spec.sizes.size(); ++i) {
-            const auto a = baseline.params[i].to_vector(stream_);
-            const auto b = other.params[i].to_vector(stream_);
-            if (std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) != 0) ++result.mismatches;
-            const optim::TensorState sa = baseline.optimizer->read_state(stream_, baseline.group, i);
-            const optim::TensorState sb = other.optimizer->read_state(stream_, other.group, i);
-            auto same = [](const auto& x, const auto& y) {
-                return x.size() == y.size() &&
-                       (x.empty() || std::memcmp(x.data(), y.data(), x.size() * sizeof(x[0])) == 0);
-            };
-            if (!same(sa.state1, sb.state1) || !same(sa.state2, sb.state2) || !same(sa.codes1, sb.codes1) ||
-                !same(sa.codes2, sb.codes2) || !same(sa.absmax1, sb.absmax1) ||
-                !same(sa.absmax2, sb.absmax2)) {
+    for (std::size_t i = 0; i < spec.sizes.size(); ++i) {
+        const auto params = baseline.params[i].to_vector(stream_);
+        const optim::TensorState state = baseline.optimizer->read_state(stream_, baseline.group, i);
+        for (std::size_t v = 0; v < 4; ++v) {
+            if (v == static_cast<std::size_t>(Variant::current)) continue;
+            auto& other = runs[v];
+            const optim::TensorState other_state = other.optimizer->read_state(stream_, other.group, i);
+            if (!same(params, other.params[i].to_vector(stream_)) ||
+                !same(state.state1, other_state.state1) || !same(state.state2, other_state.state2) ||
+                !same(state.codes1, other_state.codes1) || !same(state.codes2, other_state.codes2) ||
+                !same(state.absmax1, other_state.absmax1) || !same(state.absmax2, other_state.absmax2)) {
                 ++result.mismatches;
             }
         }

@@ -9,8 +9,10 @@
 namespace cudarc::optim {
 
 // A non-owning pair (parameter, gradient) of the same element type and size, both in device memory the
-// caller owns. Like DeviceView it must not outlive the buffers, and the optimizer does not keep it:
-// every step is given its tensors afresh (their hazard state tells it which work to wait for).
+// caller owns. Like DeviceView it must not outlive the slices, nor a move of them (a moved DeviceSlice
+// moves its buffer: build ParamTensors once the slices are in place, e.g. after filling a vector). The
+// optimizer does not keep it: every step is given its tensors afresh (their hazard state tells it which
+// work to wait for).
 class ParamTensor {
   public:
     // Throws cudarc::Error when the gradient's size differs from the parameter's.
