@@ -587,7 +587,8 @@ void Optimizer::write_state(Stream& stream, GroupId group, std::size_t index, co
 }
 
 const OptimizerOptions& Optimizer::optimizer_options() const noexcept {
-    return state_->options;
+    static const OptimizerOptions moved_from{};
+    return state_ ? state_->options : moved_from;
 }
 
 StatePlacement Optimizer::state_placement() const noexcept {
