@@ -99,7 +99,10 @@ struct CellResult {
 // Fills `out` with values in [-scale, scale] in T's format, from a seeded splitmix64 (several threads).
 template <typename T>
 void fill_random(std::vector<T>& out, std::uint64_t seed, double scale) {
-    const unsigned threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+    // Threads only pay off for large tensors (the 256K and 256M cells).
+    const unsigned threads = out.size() < (std::size_t{1} << 20)
+                                 ? 1u
+                                 : std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
     const std::size_t per = (out.size() + threads - 1) / threads;
     std::vector<std::thread> workers;
     for (unsigned w = 0; w < threads; ++w) {
