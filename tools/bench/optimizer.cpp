@@ -100,7 +100,7 @@ struct CellResult {
 template <typename T>
 void fill_random(std::vector<T>& out, std::uint64_t seed, double scale) {
     // Threads only pay off for large tensors (the 256K and 256M cells).
-    const unsigned threads = out.size() < (std::size_t{1} << 20)
+    const unsigned threads = out.size() < (std::size_t{1} << 17)
                                  ? 1u
                                  : std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
     const std::size_t per = (out.size() + threads - 1) / threads;
