@@ -212,8 +212,10 @@ GroupId OptimizerState::add_group(Stream& stream, const GroupOptions& group_opti
         const BucketLayout& bucket = group->layout.buckets[b];
         const auto descs = bucket_descriptors(group->layout, b, group->arena.base(), group->addresses);
         std::memcpy(image.data() + bucket.descs_offset, descs.data(), descs.size() * sizeof(abi::TensorDesc));
-        std::memcpy(image.data() + bucket.chunks_offset, bucket.chunks.data(),
-                    bucket.chunks.size() * sizeof(abi::Chunk));
+        if (!bucket.chunks.empty()) {
+            std::memcpy(image.data() + bucket.chunks_offset, bucket.chunks.data(),
+                        bucket.chunks.size() * sizeof(abi::Chunk));
+        }
     }
     staging.upload(stream, device, group->tables.buffer(), group->tables.device_ptr(), image.data(),
                    image.size());
@@ -326,8 +328,11 @@ void OptimizerState::step_group(Stream& stream, GroupId id, std::span<const Para
         if (plan.uniform) plan.params = kernel_params(where, options.rule, g.options, grad_scale, first + 1);
         any_change = any_change || plan.addresses_changed;
     }
-    for (std::size_t i = 0; i < tensors.size(); ++i) {
-        static_cast<void>(kernel_params(where, options.rule, g.options, grad_scale, g.steps[i] + 1));
+    for (std::size_t b = 0; b < g.layout.buckets.size(); ++b) {
+        if (plans[b].uniform) continue;  // validated above, once for the bucket
+        for (const std::size_t i : g.layout.buckets[b].tensors) {
+            static_cast<void>(kernel_params(where, options.rule, g.options, grad_scale, g.steps[i] + 1));
+        }
     }
     if (any_change && is_capturing(stream)) {
         throw Error(fmt::format(
