@@ -19,8 +19,8 @@
 
 #include "cudarc/optim/optimizer.hpp"
 #include "gpu_test.hpp"
-#include "optim/kernel_abi.hpp"
 #include "optim/group_layout.hpp"
+#include "optim/kernel_abi.hpp"
 #include "optim/legacy_step.hpp"
 #include "optim/options_bridge.hpp"
 #include "optim/quantization.hpp"
@@ -860,4 +860,56 @@ TEST_CASE("optim.bad_input_leaves_the_optimizer_as_it_was") {
     // Still usable, and the step is the one it would have been.
     s.optimizer.step(stream, s.group, s.tensors);
     check_identical(run(device, p, Variant::multi_tensor), s.read(stream));
+}
+
+TEST_CASE("optim.groups_keep_their_own_hyper_parameters_and_step_counts") {
+    auto device = Device::open(0);
+    for (const StatePrecision precision : kPrecisions) {
+        const Problem a = make_problem(UpdateRule::adamw, precision,
+                                       {ElementType::f32, ElementType::bf16, ElementType::f32}, false);
+        Problem b = make_problem(UpdateRule::adamw, precision, {ElementType::f16, ElementType::f16}, true);
+        b.grad_scale = a.grad_scale;  // the loss scale is the optimizer's, not a group's
+        const std::string description = a.describe() + " / " + b.describe();
+        CAPTURE(description);
+        const Outcome expected_a = run(device, a, Variant::multi_tensor);
+        const Outcome expected_b = run(device, b, Variant::multi_tensor);
+
+        Stream stream = device.create_stream();
+        std::vector<DeviceTensor> device_a = Setup::upload(stream, a);
+        std::vector<DeviceTensor> device_b = Setup::upload(stream, b);
+        const std::vector<optim::ParamTensor> tensors_a = Setup::views(device_a);
+        const std::vector<optim::ParamTensor> tensors_b = Setup::views(device_b);
+        optim::Optimizer optimizer(stream, {.rule = UpdateRule::adamw, .precision = precision});
+        optimizer.set_grad_scale(a.grad_scale);
+        const GroupId group_a = optimizer.add_group(stream, a.options, tensors_a);
+        const GroupId group_b = optimizer.add_group(stream, b.options, tensors_b);
+        CHECK(optimizer.group_count() == 2);
+        CHECK(optimizer.tensor_count(group_b) == 2);
+        for (const auto& [problem, group] : {std::pair<const Problem*, GroupId>{&a, group_a},
+                                             std::pair<const Problem*, GroupId>{&b, group_b}}) {
+            if (problem->steps_before == 0) continue;
+            optimizer.set_step_count(group, problem->steps_before);
+            for (std::size_t i = 0; i < problem->states.size(); ++i) {
+                optimizer.write_state(stream, group, i, problem->states[i]);
+            }
+        }
+        const Counters before = device.counters();
+        optimizer.step(stream, group_b, tensors_b);
+        optimizer.step(stream, group_a, tensors_a);
+        check_no_host_synchronization(device.counters() - before);
+        CHECK(optimizer.step_count(group_a) == a.steps_before + 1);
+        CHECK(optimizer.step_count(group_b) == b.steps_before + 1);
+        for (std::size_t i = 0; i < device_a.size(); ++i) {
+            CHECK(device_a[i].param_words(stream) == expected_a.params[i]);
+            CHECK(optimizer.read_state(stream, group_a, i).codes1 == expected_a.states[i].codes1);
+            CHECK(same_bits(optimizer.read_state(stream, group_a, i).state2, expected_a.states[i].state2));
+        }
+        for (std::size_t i = 0; i < device_b.size(); ++i) {
+            CHECK(device_b[i].param_words(stream) == expected_b.params[i]);
+            CHECK(optimizer.read_state(stream, group_b, i).codes2 == expected_b.states[i].codes2);
+            CHECK(same_bits(optimizer.read_state(stream, group_b, i).state1, expected_b.states[i].state1));
+        }
+        CHECK_FALSE(optimizer.nonfinite_seen(stream));
+        CHECK(optimizer.state_bytes() > 0);
+    }
 }
