@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <utility>
@@ -40,6 +41,20 @@ DynamicLibrary DynamicLibrary::open_first(const std::vector<std::string>& candid
 
 void* DynamicLibrary::symbol(const char* name) const noexcept {
     return handle_ != nullptr ? dlsym(handle_, name) : nullptr;
+}
+
+std::string DynamicLibrary::resolved_path(void* any_symbol) const {
+    Dl_info info{};
+    if (any_symbol != nullptr && dladdr(any_symbol, &info) != 0 && info.dli_fname != nullptr) {
+        std::error_code ec;
+        const auto canonical = std::filesystem::canonical(info.dli_fname, ec);
+        return ec ? std::string(info.dli_fname) : canonical.string();
+    }
+    return path_;
+}
+
+void append_unique(std::vector<std::string>& out, const std::string& candidate) {
+    if (std::find(out.begin(), out.end(), candidate) == out.end()) out.push_back(candidate);
 }
 
 std::string env_or_empty(const char* name) {

@@ -24,6 +24,9 @@ public:
     [[nodiscard]] bool loaded() const noexcept { return handle_ != nullptr; }
     [[nodiscard]] const std::string& path() const noexcept { return path_; }
     [[nodiscard]] void* symbol(const char* name) const noexcept;
+    // The file the library was really loaded from, found through one of its symbols (a soname says little
+    // in a message or a cache key); path() when that fails.
+    [[nodiscard]] std::string resolved_path(void* any_symbol) const;
 
 private:
     void* handle_ = nullptr;
@@ -36,6 +39,9 @@ private:
 // Candidate paths for `soname` under CUDA_PATH, CUDA_HOME, /usr/local/cuda and pip's nvidia wheels.
 [[nodiscard]] std::vector<std::string> cuda_toolkit_candidates(const std::string& soname,
                                                                const std::string& wheel_subdir);
+
+// Appends `candidate` unless it is already in `out` (candidate lists keep their first occurrence).
+void append_unique(std::vector<std::string>& out, const std::string& candidate);
 
 // "a, b, c" — for error messages.
 [[nodiscard]] std::string join_lines(const std::vector<std::string>& lines, const char* separator);

@@ -345,20 +345,7 @@ Result graph_exec_destroy(GraphExec exec) {
 
 // ---- Loading ----
 
-void append_unique(std::vector<std::string>& out, std::string candidate) {
-    if (std::find(out.begin(), out.end(), candidate) == out.end()) out.push_back(std::move(candidate));
-}
 
-// The file a library was really loaded from (a soname says little in a message).
-std::string resolved_path(const DynamicLibrary& library, void* symbol) {
-    Dl_info info{};
-    if (symbol != nullptr && dladdr(symbol, &info) != 0 && info.dli_fname != nullptr) {
-        std::error_code ec;
-        const auto canonical = std::filesystem::canonical(info.dli_fname, ec);
-        return ec ? std::string(info.dli_fname) : canonical.string();
-    }
-    return library.path();
-}
 
 class Resolver {
   public:
@@ -582,7 +569,7 @@ HipLoadReport load_hip_runtime_from(const std::vector<std::string>& candidates, 
             report.stage = HipLoadStage::entry_points_missing;
             continue;
         }
-        report.library_path = resolved_path(library, reinterpret_cast<void*>(entry_points.init));
+        report.library_path = library.resolved_path(reinterpret_cast<void*>(entry_points.init));
         // Note: published once per load and never freed, like the library handle itself (vendor
         // libraries are never dlclose'd): adapters of every table filled so far stay valid.
         g_entry_points.store(new HipEntryPoints(entry_points), std::memory_order_release);

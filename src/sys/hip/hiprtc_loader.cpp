@@ -229,19 +229,7 @@ RtcResult destroy_program(RtcProgram* program) {
 
 // ---- Loading ----
 
-void append_unique(std::vector<std::string>& out, std::string candidate) {
-    if (std::find(out.begin(), out.end(), candidate) == out.end()) out.push_back(std::move(candidate));
-}
 
-std::string resolved_path(const DynamicLibrary& library, void* symbol) {
-    Dl_info info{};
-    if (symbol != nullptr && dladdr(symbol, &info) != 0 && info.dli_fname != nullptr) {
-        std::error_code ec;
-        const auto canonical = std::filesystem::canonical(info.dli_fname, ec);
-        return ec ? std::string(info.dli_fname) : canonical.string();
-    }
-    return library.path();
-}
 
 template <typename Fn>
 void resolve(const DynamicLibrary& library, Fn& slot, const char* name, std::vector<std::string>& missing) {
@@ -316,7 +304,7 @@ bool load_hiprtc_from(const std::vector<std::string>& candidates, RtcApi& api, s
         table.get_log_size = get_log_size;
         table.get_log = get_log;
         table.destroy_program = destroy_program;
-        table.library_path = resolved_path(library, reinterpret_cast<void*>(table.version));
+        table.library_path = library.resolved_path(reinterpret_cast<void*>(table.version));
         hiprtc.targets =
             hip::ComgrTargets::load(std::filesystem::path(table.library_path).parent_path().string());
         // Note: published once per load and never freed, like the library handle: adapters of every

@@ -16,21 +16,6 @@ namespace {
 // Newest first: a newer NVRTC knows every architecture an older one does, and more.
 constexpr const char* kSonames[] = {"libnvrtc.so.13", "libnvrtc.so.12"};
 
-void append_unique(std::vector<std::string>& out, const std::string& candidate) {
-    if (std::find(out.begin(), out.end(), candidate) == out.end()) out.push_back(candidate);
-}
-
-// The file the library was really loaded from (a soname says little in a message or a cache key).
-std::string resolved_path(const DynamicLibrary& library, void* symbol) {
-    Dl_info info{};
-    if (symbol != nullptr && dladdr(symbol, &info) != 0 && info.dli_fname != nullptr) {
-        std::error_code ec;
-        const auto canonical = std::filesystem::canonical(info.dli_fname, ec);
-        return ec ? std::string(info.dli_fname) : canonical.string();
-    }
-    return library.path();
-}
-
 template <typename Fn>
 void resolve(const DynamicLibrary& library, Fn& slot, const char* name, std::vector<std::string>* missing) {
     slot = reinterpret_cast<Fn>(library.symbol(name));
@@ -92,7 +77,7 @@ bool load_nvrtc_from(const std::vector<std::string>& candidates, RtcApi& api, st
             attempts.push_back(candidate + ": not a usable NVRTC (lacks " + join_lines(missing, ", ") + ")");
             continue;
         }
-        table.library_path = resolved_path(library, reinterpret_cast<void*>(table.version));
+        table.library_path = library.resolved_path(reinterpret_cast<void*>(table.version));
         // Note: the handle is deliberately leaked (never dlclose'd), like every vendor library here.
         api = std::move(table);
         return true;
