@@ -97,8 +97,8 @@ struct CompilerVersion {
 };
 [[nodiscard]] CompilerVersion compiler_version(Backend backend = Backend::cuda);
 
-// The real architectures the loaded compiler can target, e.g. {"sm_75", "sm_80", ..., "sm_90", ...};
-// empty when the compiler cannot tell (hiprtc, NVRTC before 11.2).
+// The real architectures the loaded compiler can target, e.g. {"sm_75", "sm_80", ..., "sm_90", ...}, or on
+// HIP the gfx targets hiprtc's code object manager knows; empty when NVRTC cannot tell (before 11.2).
 [[nodiscard]] std::vector<std::string> supported_architectures(Backend backend = Backend::cuda);
 
 }  // namespace cudarc

@@ -8,6 +8,7 @@
 #include "cudarc/nvrtc.hpp"
 #include "rtc/compiler_arguments.hpp"
 #include "rtc/embedded_kernels.hpp"
+#include "sys/hip/hiprtc_loader.hpp"
 #include "sys/rtc_api.hpp"
 
 namespace cudarc {
@@ -252,6 +253,7 @@ CompilerVersion compiler_version(Backend backend) {
 
 std::vector<std::string> supported_architectures(Backend backend) {
     const sys::RtcApi& api = sys::rtc(backend);
+    if (backend == Backend::hip) return sys::hiprtc_known_targets();  // gfx names, asked of the code object manager
     std::vector<std::string> names;
     for (int arch : supported_arch_numbers(api)) names.push_back("sm_" + std::to_string(arch));
     return names;
