@@ -1,14 +1,16 @@
 // cudarc::optim::Optimizer — stream-aware optimizer steps (Adam, AdamW, SGD, Lion, RMSprop, Adagrad) with
 // 32-bit or 8-bit blockwise state, on the caller's stream, with no host synchronization.
 //
-//     optim::Optimizer opt(stream, {.rule = optim::UpdateRule::adamw, .precision =
-//     optim::StatePrecision::blockwise8}); const std::vector<optim::ParamTensor> tensors = {{w, grad_w}, {b,
-//     grad_b}}; const optim::GroupId group = opt.add_group(stream,
-//     optim::default_options(optim::UpdateRule::adamw), tensors); for (...) {
-//         compute_gradients(stream);        // any work on `stream` (or on other streams: hazard tracking)
-//         opt.step(stream, group, tensors); // one launch per (element type, pass) for the whole group
+//     namespace optim = cudarc::optim;
+//     optim::Optimizer opt(stream, {.rule = optim::UpdateRule::adamw,
+//                                   .precision = optim::StatePrecision::blockwise8});
+//     const std::vector<optim::ParamTensor> tensors = {{w, grad_w}, {b, grad_b}};
+//     const auto group = opt.add_group(stream, optim::default_options(optim::UpdateRule::adamw), tensors);
+//     for (...) {
+//         compute_gradients(stream);         // any work, on any stream: hazard tracking orders it
+//         opt.step(stream, group, tensors);  // one launch per (element type, pass) for the whole group
 //     }
-//     if (opt.nonfinite_seen(stream)) ...   // the caller's explicit choice to read the flag back
+//     if (opt.nonfinite_seen(stream)) ...    // the caller's explicit choice to read the flag back
 #pragma once
 
 #include <cstddef>
