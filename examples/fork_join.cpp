@@ -36,7 +36,8 @@ int main() {
 
         const auto back = data.to_vector(parent);  // ordered after every child's copy by the joins
         const bool ok = back == host;
-        std::printf("fork/join: %d children, %zu ints, round trip %s\n", kChildren, host.size(), ok ? "ok" : "WRONG");
+        std::printf("fork/join: %d children, %zu ints, round trip %s\n", kChildren, host.size(),
+                    ok ? "ok" : "WRONG");
         std::printf("host synchronizations during fork/copy/join: %llu, cross-stream waits: %llu\n",
                     static_cast<unsigned long long>((after - before).host_synchronizations()),
                     static_cast<unsigned long long>((after - before).cross_stream_waits));

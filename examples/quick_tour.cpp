@@ -23,9 +23,11 @@ int main() {
         std::vector<float> back = y.to_vector(stream);
         const auto counters = device.counters();
 
-        cudarc::Program program(R"(extern "C" __global__ void scale(float* y, const float* x, float a, unsigned long long n) {
+        cudarc::Program program(
+            R"(extern "C" __global__ void scale(float* y, const float* x, float a, unsigned long long n) {
     for (auto i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) y[i] = a * x[i];
-})", "scale.cu");
+})",
+            "scale.cu");
         auto module = cudarc::Module::compile(device, program);
         auto scale = module.kernel<void(float*, const float*, float, unsigned long long)>("scale");
         cudarc::launch(stream, cudarc::LaunchConfig::for_elements(host.size(), device), scale, y, x, 2.0f,
@@ -33,7 +35,8 @@ int main() {
         const auto scaled = y.to_vector(stream);
 
         const bool ok = back == host && scaled == std::vector<float>(host.size(), 2.0f);
-        std::printf("quick_tour: copy through a forked stream and a run-time compiled kernel: %s\n", ok ? "ok" : "WRONG");
+        std::printf("quick_tour: copy through a forked stream and a run-time compiled kernel: %s\n",
+                    ok ? "ok" : "WRONG");
         std::printf("quick_tour: %llu host synchronizations, %llu cross-stream waits so far\n",
                     static_cast<unsigned long long>(counters.host_synchronizations()),
                     static_cast<unsigned long long>(counters.cross_stream_waits));

@@ -12,8 +12,8 @@ int main() {
         const int count = cudarc::Device::count();
         const int version = cudarc::Device::driver_version();
         if (count == 0) {
-            fmt::print(stderr, "cudarc-info: the driver loaded (version {}.{}) but sees no device\n", version / 1000,
-                       (version % 1000) / 10);
+            fmt::print(stderr, "cudarc-info: the driver loaded (version {}.{}) but sees no device\n",
+                       version / 1000, (version % 1000) / 10);
             return 1;
         }
         for (int ordinal = 0; ordinal < count; ++ordinal) {
@@ -21,8 +21,8 @@ int main() {
             const auto cc = device.compute_capability();
             const auto memory = device.memory_info();
             if (ordinal == 0) {
-                fmt::print("backend: {}, driver version {}.{}, {} device(s)\n", cudarc::to_string(device.backend()),
-                           version / 1000, (version % 1000) / 10, count);
+                fmt::print("backend: {}, driver version {}.{}, {} device(s)\n",
+                           cudarc::to_string(device.backend()), version / 1000, (version % 1000) / 10, count);
             }
             fmt::print("device {}: {}\n", ordinal, device.name());
             fmt::print("  uuid:               {}\n", device.uuid_string());
@@ -30,7 +30,8 @@ int main() {
             fmt::print("  compute capability: {}.{} ({})\n", cc.major, cc.minor, device.arch());
             fmt::print("  multiprocessors:    {}\n", device.multiprocessor_count());
             fmt::print("  memory:             {:.2f} GiB total, {:.2f} GiB free\n",
-                       static_cast<double>(memory.total) / (1u << 30), static_cast<double>(memory.free) / (1u << 30));
+                       static_cast<double>(memory.total) / (1u << 30),
+                       static_cast<double>(memory.free) / (1u << 30));
         }
         return 0;
     } catch (const cudarc::Error& e) {

@@ -11,16 +11,21 @@ namespace cudarc {
 // Device to device, asynchronous on `stream`. Sizes must match.
 template <typename T>
 void copy(Stream& stream, DeviceView<T> dst, DeviceView<const std::remove_const_t<T>> src) {
-    static_assert(!std::is_const_v<T>, "the destination of a copy must be writable (DeviceView<const T> given)");
-    if (dst.size() != src.size()) detail::throw_size_mismatch("cudarc::copy (device to device)", dst.size(), src.size());
-    detail::copy_device_to_device(stream, dst.buffer(), dst.device_ptr(), src.buffer(), src.device_ptr(), dst.bytes());
+    static_assert(!std::is_const_v<T>,
+                  "the destination of a copy must be writable (DeviceView<const T> given)");
+    if (dst.size() != src.size())
+        detail::throw_size_mismatch("cudarc::copy (device to device)", dst.size(), src.size());
+    detail::copy_device_to_device(stream, dst.buffer(), dst.device_ptr(), src.buffer(), src.device_ptr(),
+                                  dst.bytes());
 }
 
 // Host to device, asynchronous on `stream`; `src` may be reused as soon as this returns.
 template <typename T>
 void copy(Stream& stream, DeviceView<T> dst, std::span<const std::type_identity_t<T>> src) {
-    static_assert(!std::is_const_v<T>, "the destination of a copy must be writable (DeviceView<const T> given)");
-    if (dst.size() != src.size()) detail::throw_size_mismatch("cudarc::copy (host to device)", dst.size(), src.size());
+    static_assert(!std::is_const_v<T>,
+                  "the destination of a copy must be writable (DeviceView<const T> given)");
+    if (dst.size() != src.size())
+        detail::throw_size_mismatch("cudarc::copy (host to device)", dst.size(), src.size());
     detail::copy_host_to_device(stream, dst.buffer(), dst.device_ptr(), src.data(), dst.bytes());
 }
 
@@ -28,7 +33,8 @@ void copy(Stream& stream, DeviceView<T> dst, std::span<const std::type_identity_
 // synchronize is added; into page-locked memory the stream is synchronized (counted).
 template <typename T>
 void copy(Stream& stream, std::span<std::remove_const_t<T>> dst, DeviceView<T> src) {
-    if (dst.size() != src.size()) detail::throw_size_mismatch("cudarc::copy (device to host)", dst.size(), src.size());
+    if (dst.size() != src.size())
+        detail::throw_size_mismatch("cudarc::copy (device to host)", dst.size(), src.size());
     detail::copy_device_to_host(stream, dst.data(), src.buffer(), src.device_ptr(), src.bytes());
 }
 

@@ -53,7 +53,7 @@ struct DeviceOptions {
 // Handles are move-only; opening the same ordinal twice gives two handles to one shared device state
 // (same counters, same allocator). Buffers and streams keep the device state alive.
 class Device {
-public:
+  public:
     // Number of devices visible to the active backend. Throws cudarc::Error when no driver can be loaded.
     [[nodiscard]] static int count();
     // True when a driver loads and at least one device is visible. Never throws.
@@ -77,7 +77,8 @@ public:
     [[nodiscard]] std::string uuid_string() const;  // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
     [[nodiscard]] std::string pci_bus_id() const;
     [[nodiscard]] ComputeCapability compute_capability() const;
-    // The architecture to compile for: "sm_90" on CUDA, the offload arch (e.g. "gfx90a:sramecc+:xnack-") on HIP.
+    // The architecture to compile for: "sm_90" on CUDA, the offload arch (e.g. "gfx90a:sramecc+:xnack-") on
+    // HIP.
     [[nodiscard]] std::string arch() const;
     [[nodiscard]] int multiprocessor_count() const;
     [[nodiscard]] std::size_t total_memory() const;
@@ -113,7 +114,7 @@ public:
     [[nodiscard]] const std::shared_ptr<detail::DeviceState>& state() const noexcept { return state_; }
     explicit Device(std::shared_ptr<detail::DeviceState> state) noexcept;
 
-private:
+  private:
     std::shared_ptr<detail::DeviceState> state_;
 };
 

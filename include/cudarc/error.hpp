@@ -16,7 +16,7 @@ enum class Backend { cuda, hip };
 // Note: the library never calls abort(); destructors swallow errors and record them for the next
 // call on the same device (see Device::take_deferred_error).
 class Error : public std::runtime_error {
-public:
+  public:
     // A failure that is not a driver call (bad input, missing library).
     explicit Error(const std::string& message) : std::runtime_error(message) {}
     // The same, on a known device.
@@ -35,7 +35,7 @@ public:
     [[nodiscard]] int device() const noexcept { return device_; }
     [[nodiscard]] Backend backend() const noexcept { return backend_; }
 
-private:
+  private:
     std::string api_;
     int result_ = 0;
     std::string result_name_;
@@ -46,7 +46,7 @@ private:
 // The allocator could not satisfy a request even after freeing its cache and waiting for pending
 // frees. Carries the figures needed to understand why.
 class OutOfMemory : public Error {
-public:
+  public:
     struct Figures {
         std::size_t requested = 0;  // bytes asked for (after rounding)
         std::size_t allocated = 0;  // bytes handed out to live allocations
@@ -57,7 +57,7 @@ public:
     OutOfMemory(int device, const Figures& figures, Backend backend = Backend::cuda);
     [[nodiscard]] const Figures& figures() const noexcept { return figures_; }
 
-private:
+  private:
     Figures figures_;
 };
 

@@ -20,7 +20,7 @@ enum class EventTiming { disabled, enabled };
 // An event from the device's pool (timing events are created fresh). Move-only; returned to the pool on
 // destruction.
 class Event {
-public:
+  public:
     explicit Event(const Device& device, EventTiming timing = EventTiming::disabled);
     Event(const Event&) = delete;
     Event& operator=(const Event&) = delete;
@@ -40,7 +40,7 @@ public:
     [[nodiscard]] NativeEvent native() const noexcept { return event_; }
     [[nodiscard]] bool timing() const noexcept { return timing_ == EventTiming::enabled; }
 
-private:
+  private:
     void release() noexcept;
 
     std::shared_ptr<detail::DeviceState> device_;

@@ -20,7 +20,7 @@ class GraphState;
 // Note: capture what runs on one stream. Buffers the captured work uses should have been last used on the
 // capturing stream (or be fresh), so hazard tracking adds no wait on another stream inside the capture.
 class Graph {
-public:
+  public:
     Graph(const Graph&) = delete;
     Graph& operator=(const Graph&) = delete;
     Graph(Graph&&) noexcept;
@@ -33,7 +33,7 @@ public:
     // Internal.
     explicit Graph(std::unique_ptr<detail::GraphState> state) noexcept;
 
-private:
+  private:
     std::unique_ptr<detail::GraphState> state_;
 };
 

@@ -17,7 +17,7 @@ class DeviceState;
 
 // Untyped page-locked host allocation; remembers the event of its last asynchronous copy.
 class PinnedAllocation {
-public:
+  public:
     PinnedAllocation() = default;
     PinnedAllocation(const Device& device, std::size_t bytes);
     PinnedAllocation(const PinnedAllocation&) = delete;
@@ -30,12 +30,13 @@ public:
     // Device to this memory, asynchronous; returns at once.
     void copy_from_device_async(Stream& stream, void* dst, Buffer& src, DevicePtr src_ptr, std::size_t bytes);
     // This memory to the device, asynchronous; the memory must not change until the copy completes.
-    void copy_to_device_async(Stream& stream, Buffer& dst, DevicePtr dst_ptr, const void* src, std::size_t bytes);
+    void copy_to_device_async(Stream& stream, Buffer& dst, DevicePtr dst_ptr, const void* src,
+                              std::size_t bytes);
     // Blocks until the last asynchronous copy completes (counted; nothing to do if none is pending).
     void synchronize();
     [[nodiscard]] bool ready() const;
 
-private:
+  private:
     void note_copy(Stream& stream);
     void release() noexcept;
 
@@ -51,7 +52,7 @@ template <typename T>
 class PinnedBuffer {
     static_assert(DeviceCopyable<T>, "PinnedBuffer<T> needs a trivially copyable T");
 
-public:
+  public:
     PinnedBuffer() = default;
     PinnedBuffer(const Device& device, std::size_t count)
         : allocation_(device, count * sizeof(T)), size_(count) {}
@@ -66,18 +67,20 @@ public:
 
     // Device to this buffer, asynchronous. Sizes must match.
     void copy_from_device_async(Stream& stream, DeviceView<const T> src) {
-        if (src.size() != size_) detail::throw_size_mismatch("PinnedBuffer::copy_from_device_async", size_, src.size());
+        if (src.size() != size_)
+            detail::throw_size_mismatch("PinnedBuffer::copy_from_device_async", size_, src.size());
         allocation_.copy_from_device_async(stream, data(), src.buffer(), src.device_ptr(), src.bytes());
     }
     // This buffer to the device, asynchronous. Do not modify the buffer until synchronize() returns.
     void copy_to_device_async(Stream& stream, DeviceView<T> dst) {
-        if (dst.size() != size_) detail::throw_size_mismatch("PinnedBuffer::copy_to_device_async", dst.size(), size_);
+        if (dst.size() != size_)
+            detail::throw_size_mismatch("PinnedBuffer::copy_to_device_async", dst.size(), size_);
         allocation_.copy_to_device_async(stream, dst.buffer(), dst.device_ptr(), data(), dst.bytes());
     }
     void synchronize() { allocation_.synchronize(); }
     [[nodiscard]] bool ready() const { return allocation_.ready(); }
 
-private:
+  private:
     detail::PinnedAllocation allocation_;
     std::size_t size_ = 0;
 };

@@ -21,7 +21,7 @@ template <typename T>
 class DeviceView {
     static_assert(DeviceCopyable<std::remove_const_t<T>>, "DeviceView<T> needs a trivially copyable T");
 
-public:
+  public:
     using element_type = T;
     using value_type = std::remove_const_t<T>;
 
@@ -29,8 +29,8 @@ public:
         : buffer_(&buffer), ptr_(ptr), size_(size) {}
     // A view of T converts to a view of const T.
     template <typename U>
-        requires(std::is_const_v<T> && std::is_same_v<const U, T>)
-    DeviceView(const DeviceView<U>& other) noexcept  // NOLINT(google-explicit-constructor)
+    requires(std::is_const_v<T>&& std::is_same_v<const U, T>) DeviceView(const DeviceView<U>& other)
+    noexcept  // NOLINT(google-explicit-constructor)
         : buffer_(&other.buffer()), ptr_(other.device_ptr()), size_(other.size()) {}
 
     [[nodiscard]] std::size_t size() const noexcept { return size_; }
@@ -42,7 +42,8 @@ public:
 
     // Elements [offset, offset + count). Throws cudarc::Error when out of range.
     [[nodiscard]] DeviceView subview(std::size_t offset, std::size_t count) const {
-        if (offset > size_ || count > size_ - offset) detail::throw_out_of_range("DeviceView", offset, count, size_);
+        if (offset > size_ || count > size_ - offset)
+            detail::throw_out_of_range("DeviceView", offset, count, size_);
         return DeviceView(*buffer_, ptr_ + offset * sizeof(T), count);
     }
     [[nodiscard]] DeviceView subview(std::size_t offset) const {
@@ -50,7 +51,7 @@ public:
         return subview(offset, size_ - offset);
     }
 
-private:
+  private:
     detail::Buffer* buffer_;
     DevicePtr ptr_;
     std::size_t size_;
@@ -61,9 +62,10 @@ private:
 template <typename T>
 class DeviceSlice {
     static_assert(DeviceCopyable<T>, "DeviceSlice<T> needs a trivially copyable, non-pointer T");
-    static_assert(!std::is_const_v<T>, "use a const DeviceSlice<T> or DeviceView<const T> for read-only data");
+    static_assert(!std::is_const_v<T>,
+                  "use a const DeviceSlice<T> or DeviceView<const T> for read-only data");
 
-public:
+  public:
     using value_type = T;
 
     DeviceSlice() = default;
@@ -98,19 +100,23 @@ public:
     [[nodiscard]] DeviceView<const T> view() const noexcept {
         return DeviceView<const T>(const_cast<detail::Buffer&>(buffer_), buffer_.ptr(), size_);
     }
-    [[nodiscard]] DeviceView<T> view(std::size_t offset, std::size_t count) { return view().subview(offset, count); }
+    [[nodiscard]] DeviceView<T> view(std::size_t offset, std::size_t count) {
+        return view().subview(offset, count);
+    }
     [[nodiscard]] DeviceView<const T> view(std::size_t offset, std::size_t count) const {
         return view().subview(offset, count);
     }
 
     // Host to device, asynchronous on `stream`; `host` may be reused as soon as this returns.
     void copy_from_host(Stream& stream, std::span<const T> host) {
-        if (host.size() != size_) detail::throw_size_mismatch("DeviceSlice::copy_from_host", size_, host.size());
+        if (host.size() != size_)
+            detail::throw_size_mismatch("DeviceSlice::copy_from_host", size_, host.size());
         detail::copy_host_to_device(stream, buffer_, buffer_.ptr(), host.data(), bytes());
     }
     // Device to host. Returns once the data is in `host` (no extra synchronize when `host` is pageable).
     void copy_to_host(Stream& stream, std::span<T> host) const {
-        if (host.size() != size_) detail::throw_size_mismatch("DeviceSlice::copy_to_host", host.size(), size_);
+        if (host.size() != size_)
+            detail::throw_size_mismatch("DeviceSlice::copy_to_host", host.size(), size_);
         detail::copy_device_to_host(stream, host.data(), const_cast<detail::Buffer&>(buffer_), buffer_.ptr(),
                                     bytes());
     }
@@ -131,8 +137,9 @@ public:
     // Internal.
     [[nodiscard]] detail::Buffer& buffer() noexcept { return buffer_; }
 
-private:
-    DeviceSlice(detail::Buffer buffer, std::size_t count) noexcept : buffer_(std::move(buffer)), size_(count) {}
+  private:
+    DeviceSlice(detail::Buffer buffer, std::size_t count) noexcept
+        : buffer_(std::move(buffer)), size_(count) {}
 
     detail::Buffer buffer_;
     std::size_t size_ = 0;

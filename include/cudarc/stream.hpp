@@ -28,7 +28,7 @@ struct StreamOptions {
 //    by cudarc. It must outlive every cudarc object used on it.
 // A stream is used by one host thread at a time.
 class Stream {
-public:
+  public:
     // Wraps a stream created elsewhere without taking ownership. Throws when it does not belong to
     // `device`'s context.
     [[nodiscard]] static Stream wrap(const Device& device, NativeStream foreign);
@@ -64,7 +64,7 @@ public:
     Stream(std::shared_ptr<detail::DeviceState> keep_alive, std::shared_ptr<detail::StreamState> state,
            std::shared_ptr<detail::StreamState> parent) noexcept;
 
-private:
+  private:
     void release() noexcept;
 
     // Note: member order matters: the device state must outlive the stream states.

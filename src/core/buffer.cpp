@@ -37,8 +37,8 @@ void HazardState::before_access_slow(StreamState& stream, Access access) {
             release_event(writer_);
             return;
         }
-        const bool already_ordered = std::any_of(readers_.begin(), readers_.end(),
-                                                 [&](const StreamUse& r) { return r.stream.get() == &stream; });
+        const bool already_ordered = std::any_of(
+            readers_.begin(), readers_.end(), [&](const StreamUse& r) { return r.stream.get() == &stream; });
         if (already_ordered) return;  // this stream waited for the current write at its first read
         order_after(stream, writer_);
         readers_.push_back({stream.shared_from_this(), nullptr});
@@ -113,7 +113,9 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
     return *this;
 }
 
-Buffer::~Buffer() { release(); }
+Buffer::~Buffer() {
+    release();
+}
 
 void Buffer::release() noexcept {
     if (device_ && ptr_ != 0) {
@@ -139,7 +141,9 @@ void Buffer::release() noexcept {
     device_.reset();
 }
 
-int Buffer::device_ordinal() const noexcept { return device_ ? device_->ordinal() : -1; }
+int Buffer::device_ordinal() const noexcept {
+    return device_ ? device_->ordinal() : -1;
+}
 
 void Buffer::check_same_device(const Stream& stream) const {
     if (!device_) throw Error("cudarc: use of an empty (default-constructed or moved-from) DeviceSlice");
@@ -176,7 +180,8 @@ void copy_device_to_host(Stream& stream, void* dst, Buffer& src, DevicePtr src_p
     void* data[] = {&memory_type};
     const bool page_locked =
         api.pointer_get_attributes == nullptr ||
-        api.pointer_get_attributes(1, &attribute, data, static_cast<DevicePtr>(reinterpret_cast<std::uintptr_t>(dst))) !=
+        api.pointer_get_attributes(1, &attribute, data,
+                                   static_cast<DevicePtr>(reinterpret_cast<std::uintptr_t>(dst))) !=
             sys::kSuccess ||
         memory_type != 0;
     if (page_locked) {
@@ -194,7 +199,8 @@ void copy_device_to_device(Stream& stream, Buffer& dst, DevicePtr dst_ptr, Buffe
     prepare_access(stream, dst, Access::write);
     DeviceState& device = stream.state().device();
     device.bind();
-    device.check(device.api().memcpy_dtod_async(dst_ptr, src_ptr, bytes, stream.native()), "cuMemcpyDtoDAsync");
+    device.check(device.api().memcpy_dtod_async(dst_ptr, src_ptr, bytes, stream.native()),
+                 "cuMemcpyDtoDAsync");
 }
 
 void memset_bytes(Stream& stream, Buffer& dst, DevicePtr dst_ptr, unsigned char value, std::size_t bytes) {
@@ -205,22 +211,25 @@ void memset_bytes(Stream& stream, Buffer& dst, DevicePtr dst_ptr, unsigned char 
     if (dst_ptr % 4 == 0 && bytes % 4 == 0) {
         // Note: 32-bit stores fill large buffers faster than byte stores.
         const unsigned word = value * 0x01010101u;
-        device.check(device.api().memset_d32_async(dst_ptr, word, bytes / 4, stream.native()), "cuMemsetD32Async");
+        device.check(device.api().memset_d32_async(dst_ptr, word, bytes / 4, stream.native()),
+                     "cuMemsetD32Async");
     } else {
         device.check(device.api().memset_d8_async(dst_ptr, value, bytes, stream.native()), "cuMemsetD8Async");
     }
 }
 
-void stream_synchronize_counted(Stream& stream) { stream.synchronize(); }
+void stream_synchronize_counted(Stream& stream) {
+    stream.synchronize();
+}
 
 void throw_out_of_range(const char* what, std::size_t offset, std::size_t count, std::size_t size) {
-    throw Error(fmt::format("cudarc: {}: elements [{}, {}+{}) are out of range for a view of {} elements", what,
-                            offset, offset, count, size));
+    throw Error(fmt::format("cudarc: {}: elements [{}, {}+{}) are out of range for a view of {} elements",
+                            what, offset, offset, count, size));
 }
 
 void throw_size_mismatch(const char* what, std::size_t dst_size, std::size_t src_size) {
-    throw Error(fmt::format("cudarc: {}: size mismatch: destination has {} elements, source has {}", what, dst_size,
-                            src_size));
+    throw Error(fmt::format("cudarc: {}: size mismatch: destination has {} elements, source has {}", what,
+                            dst_size, src_size));
 }
 
 }  // namespace cudarc::detail

@@ -6,13 +6,15 @@
 namespace cudarc::detail {
 namespace {
 
-alloc::StreamKey key_of(sys::Stream stream) noexcept { return reinterpret_cast<alloc::StreamKey>(stream); }
+alloc::StreamKey key_of(sys::Stream stream) noexcept {
+    return reinterpret_cast<alloc::StreamKey>(stream);
+}
 
 // Note: stream handles are stable keys because cudarc never destroys an owned stream while the device
 // lives (they go back to the device's stream pool), so a handle value cannot be reused by another stream
 // while blocks are cached under it.
 class CachingSource final : public CachingResource {
-public:
+  public:
     CachingSource(DeviceState& device, const AllocatorConfig& config)
         : device_(device), allocator_(make_backend(device), config) {}
 
@@ -38,13 +40,15 @@ public:
         try {
             pending.reserve(uses.size() + 1);
             for (StreamUse& use : uses) {
-                if (use.stream.get() == &home) continue;  // same stream: reuse is ordered by the stream itself
+                if (use.stream.get() == &home)
+                    continue;  // same stream: reuse is ordered by the stream itself
                 if (use.event == nullptr) use.event = use.stream->mark();
                 pending.push_back({key_of(use.stream->handle()), std::exchange(use.event, nullptr)});
             }
             // A foreign stream may be destroyed and its handle value reused by an unrelated stream, so a
             // block of a foreign stream is gated by an event rather than by the stream's identity.
-            if (home.ownership() == StreamOwnership::foreign) pending.push_back({key_of(home.handle()), home.mark()});
+            if (home.ownership() == StreamOwnership::foreign)
+                pending.push_back({key_of(home.handle()), home.mark()});
             allocator_.free(allocation, pending);
             pending.clear();  // ownership of the events passed to the allocator
         } catch (const Error& error) {
@@ -58,7 +62,7 @@ public:
     void empty_cache() override { allocator_.empty_cache(); }
     alloc::CachingAllocator& allocator() noexcept override { return allocator_; }
 
-private:
+  private:
     static std::unique_ptr<alloc::AllocatorBackend> make_backend(DeviceState& device) {
         alloc::DriverBackendHooks hooks;
         hooks.owner = &device;
@@ -84,7 +88,8 @@ private:
                     break;
             }
         };
-        return std::make_unique<alloc::DriverBackend>(device.api(), device.ordinal(), device.context(), hooks);
+        return std::make_unique<alloc::DriverBackend>(device.api(), device.ordinal(), device.context(),
+                                                      hooks);
     }
 
     DeviceState& device_;

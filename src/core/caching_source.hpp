@@ -12,10 +12,11 @@ class DeviceState;
 
 // The allocator behind a device's caching memory resource, for Device's statistics and controls.
 class CachingResource : public MemoryResource {
-public:
+  public:
     [[nodiscard]] virtual alloc::CachingAllocator& allocator() noexcept = 0;
 };
 
-[[nodiscard]] std::unique_ptr<CachingResource> make_caching_source(DeviceState& device, const AllocatorConfig& config);
+[[nodiscard]] std::unique_ptr<CachingResource> make_caching_source(DeviceState& device,
+                                                                   const AllocatorConfig& config);
 
 }  // namespace cudarc::detail

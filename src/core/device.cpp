@@ -7,8 +7,8 @@
 #include <map>
 #include <mutex>
 
-#include "core/device_state.hpp"
 #include "core/caching_source.hpp"
+#include "core/device_state.hpp"
 #include "core/stream_ordered_source.hpp"
 #include "sys/hip/hip_runtime_loader.hpp"
 
@@ -40,9 +40,11 @@ DeviceState::DeviceState(const sys::DriverApi& api, int ordinal, const DeviceOpt
     check(api_.device_primary_ctx_retain(&context_, device_), "cuDevicePrimaryCtxRetain");
     try {
         bind();
-        check(api_.ctx_get_stream_priority_range(&priority_low_, &priority_high_), "cuCtxGetStreamPriorityRange");
+        check(api_.ctx_get_stream_priority_range(&priority_low_, &priority_high_),
+              "cuCtxGetStreamPriorityRange");
         sys::Stream handle = nullptr;
-        check(api_.stream_create_with_priority(&handle, sys::kStreamNonBlocking, 0), "cuStreamCreateWithPriority");
+        check(api_.stream_create_with_priority(&handle, sys::kStreamNonBlocking, 0),
+              "cuStreamCreateWithPriority");
         auto state = std::make_shared<StreamState>(*this, handle, StreamOwnership::owned, 0);
         default_stream_ = std::make_unique<Stream>(nullptr, std::move(state), nullptr);
         memory_ = make_memory_source(*this, options);
@@ -70,7 +72,8 @@ DeviceState::~DeviceState() {
 
 int DeviceState::clamp_priority(int priority) const noexcept {
     // Note: CUDA's "greatest" priority is the numerically smallest value.
-    return std::clamp(priority, std::min(priority_low_, priority_high_), std::max(priority_low_, priority_high_));
+    return std::clamp(priority, std::min(priority_low_, priority_high_),
+                      std::max(priority_low_, priority_high_));
 }
 
 void DeviceState::bind_slow() const {
@@ -130,8 +133,9 @@ std::shared_ptr<DeviceState> DeviceState::open(int ordinal, const DeviceOptions&
     int count = 0;
     sys::check(api, api.device_get_count(&count), "cuDeviceGetCount");
     if (ordinal < 0 || ordinal >= count) {
-        throw Error(fmt::format("cudarc: device ordinal {} is out of range: {} {} device(s) visible (valid: 0..{})",
-                                ordinal, count, to_string(api.backend), count - 1));
+        throw Error(
+            fmt::format("cudarc: device ordinal {} is out of range: {} {} device(s) visible (valid: 0..{})",
+                        ordinal, count, to_string(api.backend), count - 1));
     }
     // Note: one state per ordinal, shared by every handle, so counters and the allocator are per device.
     static std::mutex registry_mutex;
@@ -169,13 +173,19 @@ int Device::driver_version() {
     return version;
 }
 
-Device Device::open(int ordinal, const DeviceOptions& options) { return Device(DeviceState::open(ordinal, options)); }
+Device Device::open(int ordinal, const DeviceOptions& options) {
+    return Device(DeviceState::open(ordinal, options));
+}
 
 Device::Device(std::shared_ptr<detail::DeviceState> state) noexcept : state_(std::move(state)) {}
 Device::~Device() = default;
 
-int Device::ordinal() const noexcept { return state_->ordinal(); }
-Backend Device::backend() const noexcept { return state_->api().backend; }
+int Device::ordinal() const noexcept {
+    return state_->ordinal();
+}
+Backend Device::backend() const noexcept {
+    return state_->api().backend;
+}
 
 std::string Device::name() const {
     char name[256] = {};
@@ -226,7 +236,9 @@ std::string Device::arch() const {
     return fmt::format("sm_{}{}", cc.major, cc.minor);
 }
 
-int Device::multiprocessor_count() const { return attribute(sys::attr::kMultiprocessorCount); }
+int Device::multiprocessor_count() const {
+    return attribute(sys::attr::kMultiprocessorCount);
+}
 
 std::size_t Device::total_memory() const {
     std::size_t bytes = 0;
@@ -241,7 +253,9 @@ MemoryInfo Device::memory_info() const {
     return info;
 }
 
-Stream& Device::default_stream() const noexcept { return state_->default_stream(); }
+Stream& Device::default_stream() const noexcept {
+    return state_->default_stream();
+}
 
 void Device::synchronize() const {
     state_->bind();
@@ -249,11 +263,17 @@ void Device::synchronize() const {
     detail::AtomicCounters::bump(state_->counters().context_synchronizes);
 }
 
-Counters Device::counters() const noexcept { return state_->counters().snapshot(); }
+Counters Device::counters() const noexcept {
+    return state_->counters().snapshot();
+}
 
-void Device::rethrow_deferred_error() const { state_->rethrow_deferred_error(); }
+void Device::rethrow_deferred_error() const {
+    state_->rethrow_deferred_error();
+}
 
-MemorySource Device::memory_source() const noexcept { return state_->memory_source(); }
+MemorySource Device::memory_source() const noexcept {
+    return state_->memory_source();
+}
 
 namespace {
 alloc::CachingAllocator* caching_allocator(detail::DeviceState& state) {

@@ -30,7 +30,7 @@ enum class StreamOwnership {
 // queued work: a new child waits for its own parent first, and the old work only adds ordering, never
 // removes it.
 class StreamPool {
-public:
+  public:
     explicit StreamPool(DeviceState& device) noexcept : device_(device) {}
     StreamPool(const StreamPool&) = delete;
     StreamPool& operator=(const StreamPool&) = delete;
@@ -39,14 +39,14 @@ public:
     void release(sys::Stream stream, int priority) noexcept;
     void clear() noexcept;
 
-private:
+  private:
     DeviceState& device_;
     std::mutex mutex_;
     std::vector<std::pair<int, sys::Stream>> free_;  // (priority, stream)
 };
 
 class DeviceState : public std::enable_shared_from_this<DeviceState> {
-public:
+  public:
     DeviceState(const sys::DriverApi& api, int ordinal, const DeviceOptions& options);
     DeviceState(const DeviceState&) = delete;
     DeviceState& operator=(const DeviceState&) = delete;
@@ -90,7 +90,7 @@ public:
     // The shared state of device `ordinal`, opened on first use.
     [[nodiscard]] static std::shared_ptr<DeviceState> open(int ordinal, const DeviceOptions& options);
 
-private:
+  private:
     void bind_slow() const;
 
     struct ThreadBinding {
@@ -120,7 +120,7 @@ private:
 
 // A stream's state, shared by its Stream object and every buffer that used it.
 class StreamState : public std::enable_shared_from_this<StreamState> {
-public:
+  public:
     StreamState(DeviceState& device, sys::Stream handle, StreamOwnership ownership, int priority) noexcept
         : device_(device), handle_(handle), ownership_(ownership), priority_(priority) {}
     StreamState(const StreamState&) = delete;
@@ -143,7 +143,7 @@ public:
     void retire(sys::Event final_event) noexcept;
     [[nodiscard]] bool alive() const;
 
-private:
+  private:
     DeviceState& device_;
     sys::Stream handle_;
     StreamOwnership ownership_;

@@ -6,13 +6,15 @@
 
 namespace cudarc {
 
-const char* to_string(Backend backend) noexcept { return backend == Backend::hip ? "HIP" : "CUDA"; }
+const char* to_string(Backend backend) noexcept {
+    return backend == Backend::hip ? "HIP" : "CUDA";
+}
 
 namespace {
-std::string describe_call(const std::string& api, int result, const std::string& name, const std::string& text,
-                          int device, Backend backend) {
+std::string describe_call(const std::string& api, int result, const std::string& name,
+                          const std::string& text, int device, Backend backend) {
     std::string where = device >= 0 ? fmt::format(" on {} device {}", to_string(backend), device)
-                                     : fmt::format(" ({})", to_string(backend));
+                                    : fmt::format(" ({})", to_string(backend));
     return fmt::format("{} failed{}: {} ({}): {}", api, where, name, result, text);
 }
 }  // namespace
@@ -27,11 +29,12 @@ Error::Error(std::string api, int result, std::string result_name, std::string r
       backend_(backend) {}
 
 OutOfMemory::OutOfMemory(int device, const Figures& f, Backend backend)
-    : Error(fmt::format("cudarc: out of memory on device {}: requested {} bytes; the allocator holds {} bytes "
-                        "reserved, {} allocated; the device has {} of {} bytes free. Hint: free tensors you no "
-                        "longer need, call empty_cache() to return cached blocks, or lower the batch size.",
-                        device, f.requested, f.reserved, f.allocated, f.device_free, f.device_total),
-            device, backend),
+    : Error(
+          fmt::format("cudarc: out of memory on device {}: requested {} bytes; the allocator holds {} bytes "
+                      "reserved, {} allocated; the device has {} of {} bytes free. Hint: free tensors you no "
+                      "longer need, call empty_cache() to return cached blocks, or lower the batch size.",
+                      device, f.requested, f.reserved, f.allocated, f.device_free, f.device_total),
+          device, backend),
       figures_(f) {}
 
 }  // namespace cudarc

@@ -18,7 +18,9 @@ Event::Event(const Device& device, EventTiming timing) : device_(device.state())
 }
 
 Event::Event(Event&& other) noexcept
-    : device_(std::move(other.device_)), event_(std::exchange(other.event_, nullptr)), timing_(other.timing_) {}
+    : device_(std::move(other.device_)),
+      event_(std::exchange(other.event_, nullptr)),
+      timing_(other.timing_) {}
 
 Event& Event::operator=(Event&& other) noexcept {
     if (this != &other) {
@@ -30,7 +32,9 @@ Event& Event::operator=(Event&& other) noexcept {
     return *this;
 }
 
-Event::~Event() { release(); }
+Event::~Event() {
+    release();
+}
 
 void Event::release() noexcept {
     if (event_ == nullptr) return;

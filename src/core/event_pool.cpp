@@ -4,7 +4,9 @@
 
 namespace cudarc::detail {
 
-EventPool::~EventPool() { clear(); }
+EventPool::~EventPool() {
+    clear();
+}
 
 sys::Event EventPool::acquire() {
     {

@@ -12,7 +12,7 @@ namespace cudarc::detail {
 class DeviceState;
 
 class EventPool {
-public:
+  public:
     explicit EventPool(DeviceState& device) noexcept : device_(device) {}
     EventPool(const EventPool&) = delete;
     EventPool& operator=(const EventPool&) = delete;
@@ -26,7 +26,7 @@ public:
     // Destroys every pooled event (the device is going away).
     void clear() noexcept;
 
-private:
+  private:
     DeviceState& device_;
     std::mutex mutex_;
     std::vector<sys::Event> free_;

@@ -13,15 +13,18 @@ alloc::CachingAllocator* caching_allocator_of(DeviceState& device) {
     auto* caching = dynamic_cast<CachingResource*>(&device.memory());
     return caching != nullptr ? &caching->allocator() : nullptr;
 }
-alloc::StreamKey key_of(sys::Stream stream) noexcept { return reinterpret_cast<alloc::StreamKey>(stream); }
+alloc::StreamKey key_of(sys::Stream stream) noexcept {
+    return reinterpret_cast<alloc::StreamKey>(stream);
+}
 
 // Captures under way on this thread, by stream: the allocator's capture id to hand to the graph.
 thread_local std::optional<std::pair<sys::Stream, alloc::CaptureId>> current_capture;
 }  // namespace
 
 class GraphState {
-public:
-    GraphState(DeviceState& device, sys::Graph graph, sys::GraphExec exec, std::optional<alloc::CaptureId> capture)
+  public:
+    GraphState(DeviceState& device, sys::Graph graph, sys::GraphExec exec,
+               std::optional<alloc::CaptureId> capture)
         : device_(device.shared_from_this()), graph_(graph), exec_(exec), capture_(capture) {}
     GraphState(const GraphState&) = delete;
     GraphState& operator=(const GraphState&) = delete;
@@ -33,8 +36,10 @@ public:
             if (capture_) {
                 // Blocks the capture kept are reused only after the last replay completed.
                 std::vector<alloc::PendingUse> after;
-                if (last_stream_ != nullptr) after.push_back({key_of(last_stream_), device_->record_event(last_stream_)});
-                if (auto* allocator = caching_allocator_of(*device_)) allocator->release_capture(*capture_, after);
+                if (last_stream_ != nullptr)
+                    after.push_back({key_of(last_stream_), device_->record_event(last_stream_)});
+                if (auto* allocator = caching_allocator_of(*device_))
+                    allocator->release_capture(*capture_, after);
             }
         } catch (const Error& error) {
             device_->defer(error);
@@ -45,13 +50,14 @@ public:
     }
 
     void launch(Stream& stream) {
-        if (&stream.state().device() != device_.get()) throw Error("cudarc: Graph::launch: a stream of another device");
+        if (&stream.state().device() != device_.get())
+            throw Error("cudarc: Graph::launch: a stream of another device");
         device_->bind();
         device_->check(device_->api().graph_launch(exec_, stream.native()), "cuGraphLaunch");
         last_stream_ = stream.native();
     }
 
-private:
+  private:
     std::shared_ptr<DeviceState> device_;
     sys::Graph graph_;
     sys::GraphExec exec_;
@@ -65,7 +71,8 @@ void begin_capture(Stream& stream) {
     if (current_capture) throw Error("cudarc: capture: a capture is already under way on this thread");
     device.bind();
     std::optional<alloc::CaptureId> id;
-    if (auto* allocator = caching_allocator_of(device)) id = allocator->notify_capture_begin(key_of(stream.native()));
+    if (auto* allocator = caching_allocator_of(device))
+        id = allocator->notify_capture_begin(key_of(stream.native()));
     const sys::Result r = sys::require(api, api.stream_begin_capture, "cuStreamBeginCapture")(
         stream.native(), sys::kStreamCaptureModeThreadLocal);
     if (r != sys::kSuccess) {
@@ -83,14 +90,17 @@ Graph end_capture(Stream& stream) {
     const sys::DriverApi& api = device.api();
     device.bind();
     sys::Graph graph = nullptr;
-    const sys::Result ended = sys::require(api, api.stream_end_capture, "cuStreamEndCapture")(stream.native(), &graph);
+    const sys::Result ended =
+        sys::require(api, api.stream_end_capture, "cuStreamEndCapture")(stream.native(), &graph);
     std::optional<alloc::CaptureId> id;
     if (current_capture && caching_allocator_of(device) != nullptr) id = current_capture->second;
     current_capture.reset();
-    if (auto* allocator = caching_allocator_of(device)) allocator->notify_capture_end(key_of(stream.native()));
+    if (auto* allocator = caching_allocator_of(device))
+        allocator->notify_capture_end(key_of(stream.native()));
     sys::GraphExec exec = nullptr;
     sys::Result r = ended;
-    if (r == sys::kSuccess) r = sys::require(api, api.graph_instantiate, "cuGraphInstantiateWithFlags")(&exec, graph, 0);
+    if (r == sys::kSuccess)
+        r = sys::require(api, api.graph_instantiate, "cuGraphInstantiateWithFlags")(&exec, graph, 0);
     if (r != sys::kSuccess) {
         if (graph != nullptr) api.graph_destroy(graph);
         if (id) caching_allocator_of(device)->release_capture(*id);
@@ -103,8 +113,8 @@ void abandon_capture(Stream& stream) noexcept {
     DeviceState& device = stream.state().device();
     const sys::DriverApi& api = device.api();
     sys::Graph graph = nullptr;
-    if (api.stream_end_capture != nullptr && api.stream_end_capture(stream.native(), &graph) == sys::kSuccess &&
-        graph != nullptr) {
+    if (api.stream_end_capture != nullptr &&
+        api.stream_end_capture(stream.native(), &graph) == sys::kSuccess && graph != nullptr) {
         api.graph_destroy(graph);
     }
     try {
@@ -124,6 +134,8 @@ Graph::Graph(Graph&&) noexcept = default;
 Graph& Graph::operator=(Graph&&) noexcept = default;
 Graph::~Graph() = default;
 
-void Graph::launch(Stream& stream) { state_->launch(stream); }
+void Graph::launch(Stream& stream) {
+    state_->launch(stream);
+}
 
 }  // namespace cudarc

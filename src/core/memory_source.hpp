@@ -17,7 +17,7 @@ struct MemoryBlock {
 };
 
 class MemoryResource {
-public:
+  public:
     virtual ~MemoryResource() = default;
     // `bytes` > 0, ordered on `stream`. Throws cudarc::OutOfMemory or cudarc::Error.
     [[nodiscard]] virtual MemoryBlock allocate(std::size_t bytes, StreamState& stream) = 0;

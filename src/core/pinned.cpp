@@ -34,7 +34,9 @@ PinnedAllocation& PinnedAllocation::operator=(PinnedAllocation&& other) noexcept
     return *this;
 }
 
-PinnedAllocation::~PinnedAllocation() { release(); }
+PinnedAllocation::~PinnedAllocation() {
+    release();
+}
 
 void PinnedAllocation::release() noexcept {
     if (!device_) return;
@@ -61,7 +63,8 @@ void PinnedAllocation::copy_from_device_async(Stream& stream, void* dst, Buffer&
     if (bytes == 0) return;
     prepare_access(stream, src, Access::read);
     device_->bind();
-    device_->check(device_->api().memcpy_dtoh_async(dst, src_ptr, bytes, stream.native()), "cuMemcpyDtoHAsync");
+    device_->check(device_->api().memcpy_dtoh_async(dst, src_ptr, bytes, stream.native()),
+                   "cuMemcpyDtoHAsync");
     note_copy(stream);
 }
 
@@ -70,7 +73,8 @@ void PinnedAllocation::copy_to_device_async(Stream& stream, Buffer& dst, DeviceP
     if (bytes == 0) return;
     prepare_access(stream, dst, Access::write);
     device_->bind();
-    device_->check(device_->api().memcpy_htod_async(dst_ptr, src, bytes, stream.native()), "cuMemcpyHtoDAsync");
+    device_->check(device_->api().memcpy_htod_async(dst_ptr, src, bytes, stream.native()),
+                   "cuMemcpyHtoDAsync");
     note_copy(stream);
 }
 

@@ -56,7 +56,9 @@ void StreamState::retire(sys::Event final_event) noexcept {
     final_event_ = final_event;
 }
 
-StreamPool::~StreamPool() { clear(); }
+StreamPool::~StreamPool() {
+    clear();
+}
 
 sys::Stream StreamPool::acquire(int priority) {
     {
@@ -91,7 +93,8 @@ void StreamPool::clear() noexcept {
         std::lock_guard lock(mutex_);
         streams.swap(free_);
     }
-    for (const auto& entry : streams) device_.defer(device_.api().stream_destroy(entry.second), "cuStreamDestroy");
+    for (const auto& entry : streams)
+        device_.defer(device_.api().stream_destroy(entry.second), "cuStreamDestroy");
 }
 
 }  // namespace detail
@@ -136,7 +139,9 @@ Stream& Stream::operator=(Stream&& other) noexcept {
     return *this;
 }
 
-Stream::~Stream() { release(); }
+Stream::~Stream() {
+    release();
+}
 
 void Stream::release() noexcept {
     if (!state_) return;
@@ -173,13 +178,15 @@ Stream Stream::wrap(const Device& device, NativeStream foreign) {
     sys::Context context = nullptr;
     state->check(state->api().stream_get_ctx(foreign, &context), "cuStreamGetCtx");
     if (context != state->context()) {
-        throw Error(fmt::format("cudarc: Stream::wrap: the stream belongs to another context than device {}'s "
-                                "primary context (a stream of another device?)",
-                                device.ordinal()));
+        throw Error(
+            fmt::format("cudarc: Stream::wrap: the stream belongs to another context than device {}'s "
+                        "primary context (a stream of another device?)",
+                        device.ordinal()));
     }
     int priority = 0;
     if (state->api().stream_get_priority(foreign, &priority) != sys::kSuccess) priority = 0;
-    return Stream(state, std::make_shared<StreamState>(*state, foreign, detail::StreamOwnership::foreign, priority),
+    return Stream(state,
+                  std::make_shared<StreamState>(*state, foreign, detail::StreamOwnership::foreign, priority),
                   nullptr);
 }
 
@@ -194,8 +201,9 @@ Stream Stream::fork(const StreamOptions& options) {
 
 void Stream::join(const Stream& other) {
     if (&other.state().device() != &state_->device()) {
-        throw Error(fmt::format("cudarc: Stream::join: the other stream is on device {}, this one on device {}",
-                                other.device_ordinal(), device_ordinal()));
+        throw Error(
+            fmt::format("cudarc: Stream::join: the other stream is on device {}, this one on device {}",
+                        other.device_ordinal(), device_ordinal()));
     }
     other.state().order_before(state_->handle());
 }
@@ -222,16 +230,28 @@ bool Stream::query() const {
     return true;
 }
 
-NativeStream Stream::native() const noexcept { return state_->handle(); }
-bool Stream::owned() const noexcept { return state_->ownership() != detail::StreamOwnership::foreign; }
-int Stream::priority() const { return state_->priority(); }
-int Stream::device_ordinal() const noexcept { return state_->device().ordinal(); }
-Device Stream::device() const { return Device(state_->device().shared_from_this()); }
+NativeStream Stream::native() const noexcept {
+    return state_->handle();
+}
+bool Stream::owned() const noexcept {
+    return state_->ownership() != detail::StreamOwnership::foreign;
+}
+int Stream::priority() const {
+    return state_->priority();
+}
+int Stream::device_ordinal() const noexcept {
+    return state_->device().ordinal();
+}
+Device Stream::device() const {
+    return Device(state_->device().shared_from_this());
+}
 
 Stream Device::create_stream(const StreamOptions& options) const {
     return Stream(state_, pooled_stream_state(*state_, options), nullptr);
 }
 
-Stream Device::create_stream() const { return create_stream(StreamOptions{}); }
+Stream Device::create_stream() const {
+    return create_stream(StreamOptions{});
+}
 
 }  // namespace cudarc

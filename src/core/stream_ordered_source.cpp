@@ -9,7 +9,7 @@ namespace cudarc::detail {
 namespace {
 
 class StreamOrderedSource final : public MemoryResource {
-public:
+  public:
     explicit StreamOrderedSource(DeviceState& device) : device_(device) {
         const sys::DriverApi& api = device.api();
         int pools_supported = 0;
@@ -18,7 +18,8 @@ public:
                 sys::kSuccess &&
             pools_supported != 0) {
             sys::MemoryPool pool = nullptr;
-            device.check(api.device_get_default_mem_pool(&pool, device.device()), "cuDeviceGetDefaultMemPool");
+            device.check(api.device_get_default_mem_pool(&pool, device.device()),
+                         "cuDeviceGetDefaultMemPool");
             std::uint64_t threshold = std::numeric_limits<std::uint64_t>::max();
             device.check(api.mem_pool_set_attribute(pool, sys::kMemPoolAttrReleaseThreshold, &threshold),
                          "cuMemPoolSetAttribute");
@@ -29,8 +30,8 @@ public:
     MemoryBlock allocate(std::size_t bytes, StreamState& stream) override {
         const sys::DriverApi& api = device_.api();
         DevicePtr ptr = 0;
-        const sys::Result r = pooled_ ? api.mem_alloc_async(&ptr, bytes, stream.handle())
-                                      : api.mem_alloc(&ptr, bytes);
+        const sys::Result r =
+            pooled_ ? api.mem_alloc_async(&ptr, bytes, stream.handle()) : api.mem_alloc(&ptr, bytes);
         if (r == sys::kErrorOutOfMemory) throw make_out_of_memory(device_, bytes, 0, 0);
         device_.check(r, pooled_ ? "cuMemAllocAsync" : "cuMemAlloc");
         AtomicCounters::bump(device_.counters().driver_allocations);
@@ -58,8 +59,10 @@ public:
             } else {
                 // cuMemFree is not stream-ordered: wait on the host for every use first (counted).
                 home.order_before(device_.default_stream_state()->handle());
-                for (StreamUse& use : uses) use.stream->order_before(device_.default_stream_state()->handle());
-                device_.check(api.stream_synchronize(device_.default_stream_state()->handle()), "cuStreamSynchronize");
+                for (StreamUse& use : uses)
+                    use.stream->order_before(device_.default_stream_state()->handle());
+                device_.check(api.stream_synchronize(device_.default_stream_state()->handle()),
+                              "cuStreamSynchronize");
                 AtomicCounters::bump(device_.counters().stream_synchronizes);
                 device_.defer(api.mem_free(block.ptr), "cuMemFree");
             }
@@ -71,7 +74,7 @@ public:
         for (StreamUse& use : uses) device_.events().release(use.event);
     }
 
-private:
+  private:
     DeviceState& device_;
     bool pooled_ = false;
 };

@@ -15,7 +15,7 @@ class DeviceState;
 [[nodiscard]] std::unique_ptr<MemoryResource> make_stream_ordered_source(DeviceState& device);
 
 // Figures for an out-of-memory error from the driver's view of the device.
-[[nodiscard]] OutOfMemory make_out_of_memory(DeviceState& device, std::size_t requested, std::size_t allocated,
-                                             std::size_t reserved);
+[[nodiscard]] OutOfMemory make_out_of_memory(DeviceState& device, std::size_t requested,
+                                             std::size_t allocated, std::size_t reserved);
 
 }  // namespace cudarc::detail

@@ -253,7 +253,8 @@ CompilerVersion compiler_version(Backend backend) {
 
 std::vector<std::string> supported_architectures(Backend backend) {
     const sys::RtcApi& api = sys::rtc(backend);
-    if (backend == Backend::hip) return sys::hiprtc_known_targets();  // gfx names, asked of the code object manager
+    if (backend == Backend::hip)
+        return sys::hiprtc_known_targets();  // gfx names, asked of the code object manager
     std::vector<std::string> names;
     for (int arch : supported_arch_numbers(api)) names.push_back("sm_" + std::to_string(arch));
     return names;

@@ -39,21 +39,23 @@ using GraphExec = ::CUgraphExec_st*;
 using DevicePtr = cudarc::DevicePtr;
 
 // The legacy NULL stream's explicit handle (CU_STREAM_LEGACY).
-inline Stream legacy_stream() noexcept { return reinterpret_cast<Stream>(std::uintptr_t{1}); }
+inline Stream legacy_stream() noexcept {
+    return reinterpret_cast<Stream>(std::uintptr_t{1});
+}
 
 // Flags and enumerations used by core code (values from the CUDA driver API).
-inline constexpr unsigned kStreamNonBlocking = 0x1;          // CU_STREAM_NON_BLOCKING
-inline constexpr unsigned kEventDefault = 0x0;               // CU_EVENT_DEFAULT
-inline constexpr unsigned kEventDisableTiming = 0x2;         // CU_EVENT_DISABLE_TIMING
-inline constexpr unsigned kMemHostAllocPortable = 0x1;       // CU_MEMHOSTALLOC_PORTABLE
-inline constexpr unsigned kMemAttachGlobal = 0x1;            // CU_MEM_ATTACH_GLOBAL
-inline constexpr int kMemPoolAttrReleaseThreshold = 4;       // CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
-inline constexpr int kStreamCaptureModeThreadLocal = 1;      // CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
-inline constexpr int kStreamCaptureModeRelaxed = 2;          // CU_STREAM_CAPTURE_MODE_RELAXED
-inline constexpr int kStreamCaptureStatusNone = 0;           // CU_STREAM_CAPTURE_STATUS_NONE
-inline constexpr int kStreamCaptureStatusActive = 1;         // CU_STREAM_CAPTURE_STATUS_ACTIVE
-inline constexpr int kPointerAttributeMemoryType = 2;        // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
-inline constexpr unsigned kMemoryTypeHost = 1;               // CU_MEMORYTYPE_HOST
+inline constexpr unsigned kStreamNonBlocking = 0x1;      // CU_STREAM_NON_BLOCKING
+inline constexpr unsigned kEventDefault = 0x0;           // CU_EVENT_DEFAULT
+inline constexpr unsigned kEventDisableTiming = 0x2;     // CU_EVENT_DISABLE_TIMING
+inline constexpr unsigned kMemHostAllocPortable = 0x1;   // CU_MEMHOSTALLOC_PORTABLE
+inline constexpr unsigned kMemAttachGlobal = 0x1;        // CU_MEM_ATTACH_GLOBAL
+inline constexpr int kMemPoolAttrReleaseThreshold = 4;   // CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
+inline constexpr int kStreamCaptureModeThreadLocal = 1;  // CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+inline constexpr int kStreamCaptureModeRelaxed = 2;      // CU_STREAM_CAPTURE_MODE_RELAXED
+inline constexpr int kStreamCaptureStatusNone = 0;       // CU_STREAM_CAPTURE_STATUS_NONE
+inline constexpr int kStreamCaptureStatusActive = 1;     // CU_STREAM_CAPTURE_STATUS_ACTIVE
+inline constexpr int kPointerAttributeMemoryType = 2;    // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+inline constexpr unsigned kMemoryTypeHost = 1;           // CU_MEMORYTYPE_HOST
 
 // CUdevice_attribute values the library reads.
 namespace attr {
@@ -95,8 +97,8 @@ struct Uuid {
 };
 
 // CUlaunchAttribute / CUlaunchConfig layouts (cuLaunchKernelEx).
-inline constexpr int kLaunchAttributeCooperative = 2;        // CU_LAUNCH_ATTRIBUTE_COOPERATIVE
-inline constexpr int kLaunchAttributeClusterDimension = 4;   // CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+inline constexpr int kLaunchAttributeCooperative = 2;       // CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+inline constexpr int kLaunchAttributeClusterDimension = 4;  // CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
 union LaunchAttributeValue {
     char pad[64];
     struct {
@@ -194,7 +196,8 @@ struct DriverApi {
     Result (*module_load_data)(Module* module, const void* image) = nullptr;
     Result (*module_unload)(Module module) = nullptr;
     Result (*module_get_function)(Function* function, Module module, const char* name) = nullptr;
-    Result (*module_get_global)(DevicePtr* ptr, std::size_t* bytes, Module module, const char* name) = nullptr;
+    Result (*module_get_global)(DevicePtr* ptr, std::size_t* bytes, Module module,
+                                const char* name) = nullptr;
     Result (*func_get_attribute)(int* value, int attribute, Function function) = nullptr;
     Result (*func_set_attribute)(Function function, int attribute, int value) = nullptr;
     // CUDA >= 12.4 only; null elsewhere.

@@ -7,7 +7,7 @@
 namespace cudarc::sys {
 
 class DynamicLibrary {
-public:
+  public:
     DynamicLibrary() = default;
     DynamicLibrary(const DynamicLibrary&) = delete;
     DynamicLibrary& operator=(const DynamicLibrary&) = delete;
@@ -28,7 +28,7 @@ public:
     // in a message or a cache key); path() when that fails.
     [[nodiscard]] std::string resolved_path(void* any_symbol) const;
 
-private:
+  private:
     void* handle_ = nullptr;
     std::string path_;
 };

@@ -14,7 +14,7 @@ struct _nvrtcProgram;
 
 namespace cudarc::sys {
 
-using RtcResult = int;             // nvrtcResult / hiprtcResult; 0 is success for both
+using RtcResult = int;                // nvrtcResult / hiprtcResult; 0 is success for both
 using RtcProgram = ::_nvrtcProgram*;  // nvrtcProgram / hiprtcProgram (opaque)
 
 inline constexpr RtcResult kRtcSuccess = 0;

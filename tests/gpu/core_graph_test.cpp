@@ -25,7 +25,8 @@ TEST_CASE("core.graph_capture_replays_and_keeps_captured_memory") {
     });
     // Nothing ran during the capture.
     auto before = b.to_vector(stream);
-    CHECK(std::memcmp(before.data(), std::vector<float>(n, test::poison_float()).data(), n * sizeof(float)) == 0);
+    CHECK(std::memcmp(before.data(), std::vector<float>(n, test::poison_float()).data(), n * sizeof(float)) ==
+          0);
 
     // The temporary's block is held for the graph: a new allocation must not get it.
     auto other = DeviceSlice<float>::uninitialized(stream, n);
@@ -33,7 +34,8 @@ TEST_CASE("core.graph_capture_replays_and_keeps_captured_memory") {
     bool held = false;
     for (const auto& segment : device.allocator_snapshot().segments) {
         for (const auto& block : segment.blocks) {
-            if (block.address == temporary) held = block.state == AllocatorSnapshot::BlockState::held_for_graph;
+            if (block.address == temporary)
+                held = block.state == AllocatorSnapshot::BlockState::held_for_graph;
         }
     }
     CHECK(held);
@@ -54,10 +56,11 @@ TEST_CASE("core.graph_capture_abandoned_on_exception") {
     auto device = Device::open(0);
     auto stream = device.create_stream();
     auto a = DeviceSlice<float>::zeros(stream, 16);
-    CHECK_THROWS_AS((void)capture(stream, [&](Stream& s) {
-                        a.fill_zero(s);
-                        throw Error("abandon");
-                    }),
+    CHECK_THROWS_AS((void)capture(stream,
+                                  [&](Stream& s) {
+                                      a.fill_zero(s);
+                                      throw Error("abandon");
+                                  }),
                     Error);
     // The stream is usable again (no capture left open).
     const auto host = test::random_floats(16);

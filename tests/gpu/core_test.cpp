@@ -40,7 +40,8 @@ TEST_CASE("core.device_properties") {
     const auto info = device.memory_info();
     CHECK(info.free <= info.total);
     CHECK(info.total == device.total_memory());
-    CHECK(std::regex_match(device.uuid_string(), std::regex("GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")));
+    CHECK(std::regex_match(device.uuid_string(),
+                           std::regex("GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")));
     CHECK(Device::driver_version() >= 11000);
     CHECK(device.backend() == Backend::cuda);
     // Two handles to one ordinal share one state (one set of counters).
@@ -94,8 +95,8 @@ TEST_CASE("core.bad_input_is_rejected_and_changes_nothing") {
     auto a = DeviceSlice<float>::from_host(stream, host);
     std::vector<float> wrong_size(99, 1.0f);
     CHECK_THROWS_WITH_AS(a.copy_from_host(stream, wrong_size), doctest::Contains("size mismatch"), Error);
-    CHECK_THROWS_WITH_AS(copy(stream, a.view(), std::span<const float>(wrong_size)), doctest::Contains("size mismatch"),
-                         Error);
+    CHECK_THROWS_WITH_AS(copy(stream, a.view(), std::span<const float>(wrong_size)),
+                         doctest::Contains("size mismatch"), Error);
     auto small = DeviceSlice<float>::zeros(stream, 10);
     CHECK_THROWS_AS(copy(stream, small.view(), a.view()), Error);
     CHECK_THROWS_AS((void)a.view(90, 11), Error);
@@ -260,7 +261,7 @@ TEST_CASE("core.free_is_ordered_after_a_use_on_another_stream") {
         auto doomed = DeviceSlice<float>::from_host(home, old_values);
         spin.launch(other, spin.cycles_for_ms(150));
         copy(other, snapshot.view(), doomed.view());  // reads behind the spin
-    }  // freed while the read is pending
+    }                                                 // freed while the read is pending
     // New memory of the same size on the home stream, written at once: must not clobber the pending read.
     auto reuse = DeviceSlice<float>::from_host(home, std::vector<float>(n, -7.0f));
     CHECK(bitwise_equal(snapshot.to_vector(other), old_values));
@@ -272,7 +273,8 @@ TEST_CASE("core.wrapped_foreign_stream") {
     auto& state = *device.state();
     state.bind();
     sys::Stream raw = nullptr;
-    state.check(state.api().stream_create_with_priority(&raw, sys::kStreamNonBlocking, 0), "cuStreamCreateWithPriority");
+    state.check(state.api().stream_create_with_priority(&raw, sys::kStreamNonBlocking, 0),
+                "cuStreamCreateWithPriority");
     {
         auto wrapped = Stream::wrap(device, raw);
         CHECK_FALSE(wrapped.owned());
@@ -318,7 +320,8 @@ TEST_CASE("core.event_timing_only_when_asked") {
     CHECK(Event::elapsed_ms(start, stop) > 1.0f);
     Event untimed(device);
     untimed.record(stream);
-    CHECK_THROWS_WITH_AS((void)Event::elapsed_ms(start, untimed), doctest::Contains("EventTiming::enabled"), Error);
+    CHECK_THROWS_WITH_AS((void)Event::elapsed_ms(start, untimed), doctest::Contains("EventTiming::enabled"),
+                         Error);
 }
 
 TEST_CASE("core.priorities_are_clamped") {
@@ -342,7 +345,7 @@ TEST_CASE("core.read_on_the_writing_stream_after_another_read_orders_a_later_wri
     auto snapshot = DeviceSlice<float>::zeros(a, n);
     CHECK(bitwise_equal(slice.to_vector(b), original));  // B reads: an event is recorded on A for it
     spin.launch(a, spin.cycles_for_ms(150));
-    copy(a, snapshot.view(), slice.view());  // A reads again, behind the spin
+    copy(a, snapshot.view(), slice.view());           // A reads again, behind the spin
     slice.copy_from_host(c, test::random_floats(n));  // C writes: must wait for A's second read
     CHECK(bitwise_equal(snapshot.to_vector(a), original));
 }

@@ -33,11 +33,13 @@ inline std::vector<std::uint32_t> random_words(std::size_t n) {
 
 // A signalling-NaN pattern no kernel or copy produces by accident.
 inline constexpr std::uint32_t kPoison = 0x7fa5a5a5u;
-inline float poison_float() { return std::bit_cast<float>(kPoison); }
+inline float poison_float() {
+    return std::bit_cast<float>(kPoison);
+}
 
 // Holds a stream back: one thread spins for `cycles` clock cycles.
 class SpinKernel {
-public:
+  public:
     explicit SpinKernel(const Device& device);
     SpinKernel(const SpinKernel&) = delete;
     SpinKernel& operator=(const SpinKernel&) = delete;
@@ -46,7 +48,7 @@ public:
     // Cycles for roughly `ms` milliseconds on this device.
     [[nodiscard]] long long cycles_for_ms(double ms) const;
 
-private:
+  private:
     const Device& device_;
     void* module_ = nullptr;
     void* function_ = nullptr;

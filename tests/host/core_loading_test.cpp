@@ -11,7 +11,7 @@ namespace {
 
 // Sets an environment variable for one scope.
 class ScopedEnv {
-public:
+  public:
     ScopedEnv(const char* name, const char* value) : name_(name) {
         if (const char* old = std::getenv(name)) old_ = old, had_ = true;
         ::setenv(name, value, 1);
@@ -26,7 +26,7 @@ public:
     ScopedEnv(const ScopedEnv&) = delete;
     ScopedEnv& operator=(const ScopedEnv&) = delete;
 
-private:
+  private:
     const char* name_;
     std::string old_;
     bool had_ = false;
@@ -75,7 +75,8 @@ TEST_CASE("core.no_driver_gives_a_clear_error_not_a_crash") {
 }
 
 TEST_CASE("core.error_message_names_call_result_and_device") {
-    const cudarc::Error error("cuMemAlloc", 2, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory", 3, cudarc::Backend::cuda);
+    const cudarc::Error error("cuMemAlloc", 2, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory", 3,
+                              cudarc::Backend::cuda);
     const std::string what = error.what();
     CHECK(what.find("cuMemAlloc") != std::string::npos);
     CHECK(what.find("CUDA_ERROR_OUT_OF_MEMORY") != std::string::npos);
@@ -131,7 +132,7 @@ TEST_CASE("core.view_bounds_are_checked") {
     CHECK_THROWS_WITH_AS((void)view.subview(5, 6), doctest::Contains("out of range"), cudarc::Error);
     CHECK_THROWS_AS((void)view.subview(11), cudarc::Error);
     CHECK_THROWS_AS((void)view.subview(std::size_t(-1), 2), cudarc::Error);  // no overflow wrap-around
-    const cudarc::DeviceView<const float> read_only = view;  // T -> const T converts
+    const cudarc::DeviceView<const float> read_only = view;                  // T -> const T converts
     CHECK(read_only.size() == 10);
     static_assert(!std::is_convertible_v<cudarc::DeviceView<const float>, cudarc::DeviceView<float>>,
                   "a read-only view must not convert to a writable one");

@@ -15,15 +15,16 @@ namespace cudarc::bench {
 
 // Command-line options: `--name value` pairs and bare `--flag`s.
 class Options {
-public:
+  public:
     Options(int argc, char** argv, int first);
     [[nodiscard]] std::string get(const std::string& name, const std::string& fallback) const;
     [[nodiscard]] int get_int(const std::string& name, int fallback) const;
     [[nodiscard]] bool has(const std::string& name) const { return values_.count(name) != 0; }
     // Comma-separated list, e.g. "--dtypes fp16,bf16".
-    [[nodiscard]] std::vector<std::string> get_list(const std::string& name, const std::string& fallback) const;
+    [[nodiscard]] std::vector<std::string> get_list(const std::string& name,
+                                                    const std::string& fallback) const;
 
-private:
+  private:
     std::map<std::string, std::string> values_;
 };
 
@@ -36,7 +37,7 @@ struct Registration {
 
 // Appends one JSON object per line to --output (if given) and echoes nothing.
 class JsonLines {
-public:
+  public:
     explicit JsonLines(const Options& options);
     ~JsonLines();
     JsonLines(const JsonLines&) = delete;
@@ -44,11 +45,13 @@ public:
     // `fields`: already-formatted JSON values keyed by name (strings must carry their quotes).
     void write(const std::vector<std::pair<std::string, std::string>>& fields);
 
-private:
+  private:
     std::FILE* file_ = nullptr;
 };
 
-[[nodiscard]] inline std::string quoted(const std::string& text) { return "\"" + text + "\""; }
+[[nodiscard]] inline std::string quoted(const std::string& text) {
+    return "\"" + text + "\"";
+}
 
 [[nodiscard]] inline double median(std::vector<double> values) {
     if (values.empty()) return 0.0;
@@ -70,7 +73,8 @@ private:
 // Host wall time of `body` per iteration, in microseconds: `warmups` rounds discarded, then `rounds`
 // rounds of `iterations` calls each; `after_round` runs outside the timed region (e.g. a synchronize).
 template <typename Body, typename AfterRound>
-std::vector<double> time_rounds_us(int warmups, int rounds, int iterations, Body&& body, AfterRound&& after_round) {
+std::vector<double> time_rounds_us(int warmups, int rounds, int iterations, Body&& body,
+                                   AfterRound&& after_round) {
     std::vector<double> per_call;
     for (int round = 0; round < warmups + rounds; ++round) {
         const auto start = std::chrono::steady_clock::now();

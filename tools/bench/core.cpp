@@ -25,30 +25,40 @@ int run_core(const Options& options) {
     auto sync_parent = [&] { parent.synchronize(); };
     auto report = [&](const std::string& name, double value, const char* unit, const std::string& note) {
         print_row(name, value, unit, note);
-        json.write({{"bench", quoted("core")}, {"case", quoted(name)}, {"value", fmt::format("{:.6f}", value)},
-                    {"unit", quoted(unit)}, {"device", quoted(device.name())}});
+        json.write({{"bench", quoted("core")},
+                    {"case", quoted(name)},
+                    {"value", fmt::format("{:.6f}", value)},
+                    {"unit", quoted(unit)},
+                    {"device", quoted(device.name())}});
     };
 
     // 1. Fork + join pair vs one raw event record + cross-stream wait.
     {
         constexpr int kIterations = 2000;
-        const auto fork_join = median(time_rounds_us(warmups, rounds, kIterations, [&] { auto child = parent.fork(); },
-                                                     sync_parent));
+        const auto fork_join = median(time_rounds_us(
+            warmups, rounds, kIterations, [&] { auto child = parent.fork(); }, sync_parent));
         sys::Stream other = nullptr;
-        state.check(api.stream_create_with_priority(&other, sys::kStreamNonBlocking, 0), "cuStreamCreateWithPriority");
+        state.check(api.stream_create_with_priority(&other, sys::kStreamNonBlocking, 0),
+                    "cuStreamCreateWithPriority");
         sys::Event event = nullptr;
         state.check(api.event_create(&event, sys::kEventDisableTiming), "cuEventCreate");
-        const auto raw = median(time_rounds_us(warmups, rounds, kIterations, [&] {
-            api.event_record(event, parent.native());
-            api.stream_wait_event(other, event, 0);
-        }, sync_parent));
+        const auto raw = median(time_rounds_us(
+            warmups, rounds, kIterations,
+            [&] {
+                api.event_record(event, parent.native());
+                api.stream_wait_event(other, event, 0);
+            },
+            sync_parent));
         // The driver calls a fork + join must make: record + wait each way.
-        const auto raw_pair = median(time_rounds_us(warmups, rounds, kIterations, [&] {
-            api.event_record(event, parent.native());
-            api.stream_wait_event(other, event, 0);
-            api.event_record(event, other);
-            api.stream_wait_event(parent.native(), event, 0);
-        }, sync_parent));
+        const auto raw_pair = median(time_rounds_us(
+            warmups, rounds, kIterations,
+            [&] {
+                api.event_record(event, parent.native());
+                api.stream_wait_event(other, event, 0);
+                api.event_record(event, other);
+                api.stream_wait_event(parent.native(), event, 0);
+            },
+            sync_parent));
         api.event_destroy(event);
         api.stream_destroy(other);
         report("fork + join pair", fork_join, "us", "target <= 1 us");
@@ -64,15 +74,21 @@ int run_core(const Options& options) {
         auto value = DeviceSlice<std::uint32_t>::zeros(parent, 1);
         std::uint32_t host = 0;
         auto work = [&] { memset(parent, value.view(), 0x5a); };
-        const auto without = median(time_rounds_us(warmups, rounds, kIterations, [&] {
-            work();
-            value.copy_to_host(parent, std::span<std::uint32_t>(&host, 1));
-        }, [] {}));
-        const auto with = median(time_rounds_us(warmups, rounds, kIterations, [&] {
-            work();
-            parent.synchronize();
-            value.copy_to_host(parent, std::span<std::uint32_t>(&host, 1));
-        }, [] {}));
+        const auto without = median(time_rounds_us(
+            warmups, rounds, kIterations,
+            [&] {
+                work();
+                value.copy_to_host(parent, std::span<std::uint32_t>(&host, 1));
+            },
+            [] {}));
+        const auto with = median(time_rounds_us(
+            warmups, rounds, kIterations,
+            [&] {
+                work();
+                parent.synchronize();
+                value.copy_to_host(parent, std::span<std::uint32_t>(&host, 1));
+            },
+            [] {}));
         const auto before = device.counters();
         work();
         value.copy_to_host(parent, std::span<std::uint32_t>(&host, 1));
@@ -86,19 +102,25 @@ int run_core(const Options& options) {
     // 3. Alloc + free of 1 MiB: DeviceSlice vs cuMemAllocAsync/FreeAsync vs cuMemAlloc/Free.
     {
         constexpr std::size_t kBytes = std::size_t{1} << 20;
-        const auto slice = median(time_rounds_us(warmups, rounds, 500, [&] {
-            auto s = DeviceSlice<std::uint8_t>::uninitialized(parent, kBytes);
-        }, sync_parent));
-        const auto async = median(time_rounds_us(warmups, rounds, 500, [&] {
-            DevicePtr p = 0;
-            api.mem_alloc_async(&p, kBytes, parent.native());
-            api.mem_free_async(p, parent.native());
-        }, sync_parent));
-        const auto plain = median(time_rounds_us(1, 5, 20, [&] {
-            DevicePtr p = 0;
-            api.mem_alloc(&p, kBytes);
-            api.mem_free(p);
-        }, [] {}));
+        const auto slice = median(time_rounds_us(
+            warmups, rounds, 500, [&] { auto s = DeviceSlice<std::uint8_t>::uninitialized(parent, kBytes); },
+            sync_parent));
+        const auto async = median(time_rounds_us(
+            warmups, rounds, 500,
+            [&] {
+                DevicePtr p = 0;
+                api.mem_alloc_async(&p, kBytes, parent.native());
+                api.mem_free_async(p, parent.native());
+            },
+            sync_parent));
+        const auto plain = median(time_rounds_us(
+            1, 5, 20,
+            [&] {
+                DevicePtr p = 0;
+                api.mem_alloc(&p, kBytes);
+                api.mem_free(p);
+            },
+            [] {}));
         report("DeviceSlice<u8> 1 MiB alloc + free", slice, "us", "default memory source");
         report("raw cuMemAllocAsync + cuMemFreeAsync 1 MiB", async, "us", "release threshold raised");
         report("raw cuMemAlloc + cuMemFree 1 MiB", plain, "us", "");

@@ -55,7 +55,8 @@ int Options::get_int(const std::string& name, int fallback) const {
     if (value.empty()) return fallback;
     char* end = nullptr;
     const long parsed = std::strtol(value.c_str(), &end, 10);
-    if (end == value.c_str() || *end != '\0') throw Error(fmt::format("--{} expects an integer, got '{}'", name, value));
+    if (end == value.c_str() || *end != '\0')
+        throw Error(fmt::format("--{} expects an integer, got '{}'", name, value));
     return static_cast<int>(parsed);
 }
 
@@ -65,7 +66,8 @@ std::vector<std::string> Options::get_list(const std::string& name, const std::s
     std::size_t start = 0;
     while (start <= text.size()) {
         const auto comma = text.find(',', start);
-        const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        const std::string item =
+            text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
         if (!item.empty()) out.push_back(item);
         if (comma == std::string::npos) break;
         start = comma + 1;
@@ -105,7 +107,8 @@ int main(int argc, char** argv) {
     const std::string command = argc > 1 ? argv[1] : "--help";
     if (command == "--help" || command == "-h" || command == "help") {
         std::printf("usage: cudarc-bench SUBCOMMAND [--option value ...]\n\nsubcommands:\n");
-        for (const auto& [name, entry] : registry()) std::printf("  %-12s %s\n", name.c_str(), entry.summary.c_str());
+        for (const auto& [name, entry] : registry())
+            std::printf("  %-12s %s\n", name.c_str(), entry.summary.c_str());
         std::printf("\ncommon options: --warmups N --rounds N --output results.jsonl\n");
         return argc > 1 ? 0 : 2;
     }

@@ -32,9 +32,10 @@ struct StreamUse {
 // comparisons. Only when a second stream touches the buffer are events recorded (on the earlier
 // streams, capturing their work so far) and waits inserted.
 class HazardState {
-public:
+  public:
     HazardState() = default;
-    explicit HazardState(std::shared_ptr<StreamState> first_writer) noexcept : writer_{std::move(first_writer)} {}
+    explicit HazardState(std::shared_ptr<StreamState> first_writer) noexcept
+        : writer_{std::move(first_writer)} {}
     HazardState(const HazardState&) = delete;
     HazardState& operator=(const HazardState&) = delete;
     HazardState(HazardState&&) noexcept = default;
@@ -62,7 +63,7 @@ public:
     [[nodiscard]] const StreamUse& writer() const noexcept { return writer_; }
     [[nodiscard]] const std::vector<StreamUse>& readers() const noexcept { return readers_; }
 
-private:
+  private:
     void before_access_slow(StreamState& stream, Access access);
 
     StreamUse writer_;
@@ -72,7 +73,7 @@ private:
 // An untyped allocation owned by a DeviceSlice. The memory is released, ordered after every recorded use,
 // when the Buffer is destroyed.
 class Buffer {
-public:
+  public:
     Buffer() = default;
     // Allocates `bytes` on `stream` (uninitialized). The allocation counts as a write by `stream`.
     Buffer(Stream& stream, std::size_t bytes);
@@ -92,13 +93,13 @@ public:
     // Checks that `stream` belongs to this buffer's device; throws a clear error otherwise.
     void check_same_device(const Stream& stream) const;
 
-private:
+  private:
     void release() noexcept;
 
     std::shared_ptr<DeviceState> device_;  // keeps the device (and its allocator) alive
     DevicePtr ptr_ = 0;
     std::size_t bytes_ = 0;
-    void* allocation_ = nullptr;  // the memory source's bookkeeping for this allocation
+    void* allocation_ = nullptr;         // the memory source's bookkeeping for this allocation
     std::shared_ptr<StreamState> home_;  // the stream the memory was allocated on
     HazardState hazards_;
 };
@@ -115,7 +116,8 @@ void copy_device_to_device(Stream& stream, Buffer& dst, DevicePtr dst_ptr, Buffe
 void memset_bytes(Stream& stream, Buffer& dst, DevicePtr dst_ptr, unsigned char value, std::size_t bytes);
 void stream_synchronize_counted(Stream& stream);
 
-[[noreturn]] void throw_out_of_range(const char* what, std::size_t offset, std::size_t count, std::size_t size);
+[[noreturn]] void throw_out_of_range(const char* what, std::size_t offset, std::size_t count,
+                                     std::size_t size);
 [[noreturn]] void throw_size_mismatch(const char* what, std::size_t dst_size, std::size_t src_size);
 
 }  // namespace cudarc::detail

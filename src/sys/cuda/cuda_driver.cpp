@@ -29,7 +29,7 @@ std::vector<std::string> driver_candidates() {
 }
 
 class Resolver {
-public:
+  public:
     explicit Resolver(const DynamicLibrary& library) : library_(library) {
         v2_ = reinterpret_cast<GetProcAddressV2>(library.symbol("cuGetProcAddress_v2"));
         if (v2_ == nullptr) v1_ = reinterpret_cast<GetProcAddressV1>(library.symbol("cuGetProcAddress"));
@@ -54,7 +54,7 @@ public:
     }
     [[nodiscard]] const std::vector<std::string>& missing() const { return missing_; }
 
-private:
+  private:
     const DynamicLibrary& library_;
     GetProcAddressV2 v2_ = nullptr;
     GetProcAddressV1 v1_ = nullptr;
@@ -65,7 +65,8 @@ private:
 
 bool load_cuda_driver(DriverApi& api, std::string& why) {
     std::vector<std::string> attempts;
-    // Note: DynamicLibrary never dlcloses, so the resolved entry points stay valid after it goes out of scope.
+    // Note: DynamicLibrary never dlcloses, so the resolved entry points stay valid after it goes out of
+    // scope.
     const DynamicLibrary library = DynamicLibrary::open_first(driver_candidates(), attempts);
     if (!library.loaded()) {
         why = "the CUDA driver (libcuda.so.1) could not be loaded; tried: " + join_lines(attempts, "; ") +
@@ -142,7 +143,8 @@ bool load_cuda_driver(DriverApi& api, std::string& why) {
     resolve(api.launch_kernel, "cuLaunchKernel");
     resolve(api.launch_kernel_ex, "cuLaunchKernelEx", false);
     resolve(api.launch_cooperative_kernel, "cuLaunchCooperativeKernel", false);
-    resolve(api.occupancy_max_active_blocks_per_multiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+    resolve(api.occupancy_max_active_blocks_per_multiprocessor,
+            "cuOccupancyMaxActiveBlocksPerMultiprocessor");
     resolve(api.graph_instantiate, "cuGraphInstantiateWithFlags", false);
     resolve(api.graph_launch, "cuGraphLaunch", false);
     resolve(api.graph_destroy, "cuGraphDestroy", false);

@@ -345,8 +345,6 @@ Result graph_exec_destroy(GraphExec exec) {
 
 // ---- Loading ----
 
-
-
 class Resolver {
   public:
     explicit Resolver(const DynamicLibrary& library) : library_(library) {}

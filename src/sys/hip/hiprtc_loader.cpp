@@ -229,8 +229,6 @@ RtcResult destroy_program(RtcProgram* program) {
 
 // ---- Loading ----
 
-
-
 template <typename Fn>
 void resolve(const DynamicLibrary& library, Fn& slot, const char* name, std::vector<std::string>& missing) {
     slot = reinterpret_cast<Fn>(library.symbol(name));
