@@ -218,10 +218,6 @@ void memset_bytes(Stream& stream, Buffer& dst, DevicePtr dst_ptr, unsigned char 
     }
 }
 
-void stream_synchronize_counted(Stream& stream) {
-    stream.synchronize();
-}
-
 void throw_out_of_range(const char* what, std::size_t offset, std::size_t count, std::size_t size) {
     throw Error(fmt::format("cudarc: {}: elements [{}, {}+{}) are out of range for a view of {} elements",
                             what, offset, offset, count, size));

@@ -147,7 +147,7 @@ void StateArena::copy_to_host(Stream& stream, std::size_t offset, void* dst, std
                  "cuMemcpyDtoHAsync");
     // Note: an explicit synchronize, since whether a copy from managed memory to pageable memory returns
     // before it completes is not spelled out for every driver; this path only serves explicit reads.
-    cudarc::detail::stream_synchronize_counted(stream);
+    stream.synchronize();
 }
 
 void StateArena::copy_from_host(Stream& stream, std::size_t offset, const void* src, std::size_t bytes) {

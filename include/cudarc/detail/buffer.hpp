@@ -114,7 +114,6 @@ void copy_device_to_host(Stream& stream, void* dst, Buffer& src, DevicePtr src_p
 void copy_device_to_device(Stream& stream, Buffer& dst, DevicePtr dst_ptr, Buffer& src, DevicePtr src_ptr,
                            std::size_t bytes);
 void memset_bytes(Stream& stream, Buffer& dst, DevicePtr dst_ptr, unsigned char value, std::size_t bytes);
-void stream_synchronize_counted(Stream& stream);
 
 [[noreturn]] void throw_out_of_range(const char* what, std::size_t offset, std::size_t count,
                                      std::size_t size);
