@@ -115,6 +115,49 @@ CUDARC_OPTIM_FN unsigned bits(float a) {
 CUDARC_OPTIM_FN float from_bits(unsigned b) {
     return __uint_as_float(b);
 }
+// max and min where a NaN operand, quiet or signaling, yields the other operand: one FMNMX
+// instruction on NVIDIA. (C's fmaxf may return a quieted NaN for a signaling one, and does on x86
+// and AMD, hence the spelled-out form elsewhere.)
+#if defined(__CUDACC_RTC__) || defined(__CUDACC__)
+CUDARC_OPTIM_FN float fmax(float a, float b) {
+    return fmaxf(a, b);
+}
+CUDARC_OPTIM_FN float fmin(float a, float b) {
+    return fminf(a, b);
+}
+#else
+CUDARC_OPTIM_FN float fmax(float a, float b) {
+    return a != a ? b : (b != b ? a : (a > b ? a : b));
+}
+CUDARC_OPTIM_FN float fmin(float a, float b) {
+    return a != a ? b : (b != b ? a : (a < b ? a : b));
+}
+#endif
+// The 8-bit kernels' square root and reciprocal: the hardware's approximations on NVIDIA (relative
+// error about 2^-23, one instruction each, where __fsqrt_rn and __fdiv_rn take about ten plus a
+// branch); HIP keeps the rounded operations. See docs/optimizers.md, "8-bit arithmetic".
+// sqrt_normal(a) is sqrt(max(a, FLT_MIN)): NaN and values below the smallest normal float count as
+// that float, so the result is >= 2^-63 and its reciprocal is finite; the flush-to-zero forms of
+// the instructions then need no scaling for subnormals.
+#if defined(__CUDACC_RTC__) || defined(__CUDACC__)
+CUDARC_OPTIM_FN float sqrt_normal(float a) {
+    float r;
+    asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(fmaxf(a, 1.17549435e-38f)));
+    return r;
+}
+CUDARC_OPTIM_FN float rcp_approx(float a) {
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(a));
+    return r;
+}
+#else
+CUDARC_OPTIM_FN float sqrt_normal(float a) {
+    return __fsqrt_rn(fmax(a, 1.17549435e-38f));
+}
+CUDARC_OPTIM_FN float rcp_approx(float a) {
+    return __fdiv_rn(1.0f, a);
+}
+#endif
 #else
 // Note: the project builds with -std=c++20 (no GNU extensions), under which GCC does not contract
 // a * b + c, so each operator below rounds once, as the device intrinsics do.
@@ -142,10 +185,30 @@ inline unsigned bits(float a) {
 inline float from_bits(unsigned b) {
     return std::bit_cast<float>(b);
 }
+inline float fmax(float a, float b) {
+    return a != a ? b : (b != b ? a : (a > b ? a : b));
+}
+inline float fmin(float a, float b) {
+    return a != a ? b : (b != b ? a : (a < b ? a : b));
+}
+// The host has no approximate instructions: the rounded operations stand in for them.
+inline float sqrt_normal(float a) {
+    return std::sqrt(fmax(a, 1.17549435e-38f));
+}
+inline float rcp_approx(float a) {
+    return 1.0f / a;
+}
 #endif
+#if CUDARC_OPTIM_DEVICE_COMPILER
+// (fabsf becomes a free operand modifier of the instruction that uses it.)
+CUDARC_OPTIM_FN float abs(float a) {
+    return fabsf(a);
+}
+#else
 CUDARC_OPTIM_FN float abs(float a) {
     return from_bits(bits(a) & 0x7fffffffu);
 }
+#endif
 CUDARC_OPTIM_FN float max(float a, float b) {
     return a > b ? a : b;
 }
@@ -205,6 +268,14 @@ CUDARC_OPTIM_FN u16 float_to_bf16(float f) {
 }
 
 // The parameter/gradient element types: F32, F16 (IEEE binary16) and BF16, stored as float or u16.
+// On NVIDIA devices the conversions are single cvt instructions (bf16 from sm_80 on), which round
+// exactly as the functions above; they differ only in the payload of a NaN. store_pair packs two
+// values into one word (first value in the low half).
+#if (defined(__CUDACC_RTC__) || defined(__CUDACC__)) && defined(__CUDA_ARCH__)
+#define CUDARC_OPTIM_PTX_CONVERSIONS 1
+#else
+#define CUDARC_OPTIM_PTX_CONVERSIONS 0
+#endif
 struct F32 {
     typedef float Storage;
     static CUDARC_OPTIM_FN float load(float x) { return x; }
@@ -212,13 +283,55 @@ struct F32 {
 };
 struct F16 {
     typedef u16 Storage;
-    static CUDARC_OPTIM_FN float load(u16 x) { return half_to_float(x); }
-    static CUDARC_OPTIM_FN u16 store(float x) { return float_to_half(x); }
+    static CUDARC_OPTIM_FN float load(u16 x) {
+#if CUDARC_OPTIM_PTX_CONVERSIONS
+        float f;
+        asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x));
+        return f;
+#else
+        return half_to_float(x);
+#endif
+    }
+    static CUDARC_OPTIM_FN u16 store(float x) {
+#if CUDARC_OPTIM_PTX_CONVERSIONS
+        u16 h;
+        asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
+        return h;
+#else
+        return float_to_half(x);
+#endif
+    }
+    static CUDARC_OPTIM_FN unsigned store_pair(float first, float second) {
+#if CUDARC_OPTIM_PTX_CONVERSIONS && __CUDA_ARCH__ >= 800
+        unsigned packed;
+        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(packed) : "f"(second), "f"(first));
+        return packed;
+#else
+        return store(first) | (static_cast<unsigned>(store(second)) << 16);
+#endif
+    }
 };
 struct BF16 {
     typedef u16 Storage;
     static CUDARC_OPTIM_FN float load(u16 x) { return bf16_to_float(x); }
-    static CUDARC_OPTIM_FN u16 store(float x) { return float_to_bf16(x); }
+    static CUDARC_OPTIM_FN u16 store(float x) {
+#if CUDARC_OPTIM_PTX_CONVERSIONS && __CUDA_ARCH__ >= 800
+        u16 b;
+        asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(b) : "f"(x));
+        return b;
+#else
+        return float_to_bf16(x);
+#endif
+    }
+    static CUDARC_OPTIM_FN unsigned store_pair(float first, float second) {
+#if CUDARC_OPTIM_PTX_CONVERSIONS && __CUDA_ARCH__ >= 800
+        unsigned packed;
+        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(packed) : "f"(second), "f"(first));
+        return packed;
+#else
+        return store(first) | (static_cast<unsigned>(store(second)) << 16);
+#endif
+    }
 };
 
 // ---------------------------------------------------------------------------------------------------
@@ -243,67 +356,139 @@ CUDARC_OPTIM_FN u8 nearest_code(const float* map, float x) {
     return static_cast<u8>(lo);
 }
 
-// What the kernels' qmap1/qmap2 point to: the codes, plus a table that lets the search start right
-// next to its answer. |x| is bucketed by the top 16 bits of its float encoding (exponent and 7
-// fraction bits, so a bucket is narrower than any gap between codes of the dynamic maps) over
-// [2^-24, 2); smaller and larger values share the first and last bucket. Each entry is a lower bound
-// of `lo` for every x of that bucket and sign, so walking up from it finds exactly the `lo` of the
-// binary search, for any sorted map; for the dynamic maps the walk takes at most one step.
-// Note: 8 dependent shared-memory loads per search made quantization the 8-bit kernels' bottleneck.
+// What the kernels' qmap1/qmap2 point to: a sorted map of 256 distinct codes and a table that finds
+// the nearest code with one shared-memory load and no loop or branch.
+//
+// The nearest code only grows with x. The search clamps x into [-map_limit(), map_limit()] (a NaN
+// becomes -map_limit(), whose code, 0, is the binary search's code of NaN) and buckets it by sign and
+// by the top 16 bits (exponent and 7 fraction bits) of its magnitude's encoding over [2^-24, 2);
+// smaller magnitudes count as 2^-24. Each bucket's word holds, in its top byte, the code of the
+// bucket's lowest x, `low`, and below it the key at which the code steps up to low + 1 (kMapNoStep:
+// it does not). The key is the low 16 bits of the magnitude's encoding, inverted for negative x so
+// that it grows with x. A bucket is narrower than the distance between any two steps of the dynamic
+// maps, so it holds at most one; build_map_image checks that, and the rest, for the map it is given.
+// Note: the binary search (8 dependent loads), then a bucket table plus a short walk, then a table
+// plus a threshold array were in turn the 8-bit kernels' bottleneck.
 enum : int { kMapBucketBase = 103 << 7, kMapBuckets = 25 << 7 };
+enum : unsigned { kMapNoStep = 0x10000u };
 struct QuantMapImage {
     float code[256];
-    u8 first_positive[kMapBuckets];  // for x >= +0
-    u8 first_negative[kMapBuckets];  // for x <= -0
+    unsigned bucket[2 * kMapBuckets];  // [0, kMapBuckets): x >= +0; then as many for x <= -0
 };
-static_assert(sizeof(QuantMapImage) == 7424, "QuantMapImage layout changed: update src/optim/kernel_abi.hpp");
+static_assert(sizeof(QuantMapImage) == 26624,
+              "QuantMapImage layout changed: update src/optim/quantization.hpp");
 
-CUDARC_OPTIM_FN int map_bucket(unsigned magnitude_bits) {
-    const int bucket = static_cast<int>(magnitude_bits >> 16) - kMapBucketBase;
-    return bucket < 0 ? 0 : (bucket >= kMapBuckets ? kMapBuckets - 1 : bucket);
+// The clamp: the largest float below 2 (so every clamped magnitude has a bucket) and the smallest
+// magnitude with a bucket of its own.
+CUDARC_OPTIM_FN float map_limit() {
+    return fp::from_bits(0x3fffffffu);
+}
+CUDARC_OPTIM_FN float map_smallest() {
+    return fp::from_bits(static_cast<unsigned>(kMapBucketBase) << 16);  // 2^-24
 }
 
-// Fills `image` from a sorted map (done once, on the host).
-CUDARC_OPTIM_FN void build_map_image(const float* map, QuantMapImage& image) {
+// The bucket index and key of a clamped value.
+CUDARC_OPTIM_FN unsigned map_index(float clamped) {
+    const unsigned magnitude = fp::bits(fp::fmax(fp::abs(clamped), map_smallest()));
+    return (magnitude >> 16) - static_cast<unsigned>(kMapBucketBase) +
+           (fp::bits(clamped) >> 31) * kMapBuckets;
+}
+CUDARC_OPTIM_FN unsigned map_key(float clamped) {
+    const unsigned magnitude = fp::bits(fp::fmax(fp::abs(clamped), map_smallest()));
+    return (magnitude & 0xffffu) ^ ((0u - (fp::bits(clamped) >> 31)) & 0xffffu);
+}
+CUDARC_OPTIM_FN unsigned code_in_bucket(unsigned entry, unsigned key) {
+    return (entry >> 24) + (key >= (entry & 0x1ffffu) ? 1u : 0u);
+}
+
+// The code search over an image's bucket words (either sign). The code comes in an unsigned (< 256).
+CUDARC_OPTIM_FN unsigned code_of(const unsigned* buckets, float x) {
+    const float clamped = fp::fmin(fp::fmax(x, -map_limit()), map_limit());
+    return code_in_bucket(buckets[map_index(clamped)], map_key(clamped));
+}
+
+// The same for a map with no negative codes and code[0] == 0 (every x <= 0 and NaN get code 0):
+// the positive buckets alone, no sign. build_map_image says whether a map allows it.
+CUDARC_OPTIM_FN unsigned code_of_nonnegative(const unsigned* buckets, float x) {
+    const unsigned magnitude =
+        fp::bits(fp::fmin(fp::fmax(x, map_smallest()), map_limit()));  // NaN, x <= 0: 2^-24
+    return code_in_bucket(buckets[(magnitude >> 16) - static_cast<unsigned>(kMapBucketBase)],
+                          magnitude & 0xffffu);
+}
+
+CUDARC_OPTIM_FN u8 nearest_code(const QuantMapImage& image, float x) {
+    return static_cast<u8>(code_of(image.bucket, x));
+}
+CUDARC_OPTIM_FN u8 nearest_code_nonnegative(const QuantMapImage& image, float x) {
+    return static_cast<u8>(code_of_nonnegative(image.bucket, x));
+}
+
+// Floats in the order of their values (-0 just below +0), as unsigned keys, and back.
+CUDARC_OPTIM_FN unsigned float_order_key(float x) {
+    const unsigned b = fp::bits(x);
+    return (b & 0x80000000u) != 0 ? ~b : (b | 0x80000000u);
+}
+CUDARC_OPTIM_FN float float_from_order_key(unsigned key) {
+    return fp::from_bits((key & 0x80000000u) != 0 ? (key & 0x7fffffffu) : ~key);
+}
+
+// The smallest float whose code is above k (k < 255), by bisection over order keys.
+CUDARC_OPTIM_FN float first_float_above_code(const float* map, int k) {
+    unsigned lo = float_order_key(fp::from_bits(0xff800000u));  // -infinity: code 0 <= k
+    unsigned hi = float_order_key(fp::from_bits(0x7f800000u));  // +infinity: code 255 > k
+    while (hi - lo > 1u) {
+        const unsigned mid = lo + (hi - lo) / 2u;
+        if (nearest_code(map, float_from_order_key(mid)) > k) {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    return float_from_order_key(hi);
+}
+
+// The bucket word for clamped values [lowest, highest] (one bucket of one sign), or false when the
+// code steps more than once there, or steps between two values of the same key.
+CUDARC_OPTIM_FN bool bucket_word(const float* map, float lowest, float highest, unsigned& word) {
+    const int low = nearest_code(map, lowest);
+    const int high = nearest_code(map, highest);
+    if (high == low) {
+        word = (static_cast<unsigned>(low) << 24) | kMapNoStep;
+        return true;
+    }
+    if (high != low + 1) return false;
+    const float step = first_float_above_code(map, low);
+    const float before = float_from_order_key(float_order_key(step) - 1u);
+    if (!(map_key(before) < map_key(step))) return false;
+    word = (static_cast<unsigned>(low) << 24) | map_key(step);
+    return true;
+}
+
+// Fills `image` from a sorted map (on the host, once per map). Returns false when the map does not
+// fit the search: codes that are not distinct and increasing, beyond the clamp, or two steps in one
+// bucket. Sets `nonnegative_search` when code_of_nonnegative serves the map too.
+CUDARC_OPTIM_FN bool build_map_image(const float* map, QuantMapImage& image, bool& nonnegative_search) {
+    for (int i = 0; i < 255; ++i) {
+        if (!(map[i] < map[i + 1])) return false;
+    }
+    const float limit = map_limit();
+    if (nearest_code(map, limit) != 255 || nearest_code(map, -limit) != 0) return false;
     for (int i = 0; i < 256; ++i) image.code[i] = map[i];
     for (int b = 0; b < kMapBuckets; ++b) {
-        // Bucket b holds |x| in [start, end); the first bucket also holds everything below.
-        const float start = b == 0 ? 0.0f : fp::from_bits(static_cast<unsigned>(b + kMapBucketBase) << 16);
-        const float end = fp::from_bits(static_cast<unsigned>(b + 1 + kMapBucketBase) << 16);
-        image.first_positive[b] = static_cast<u8>(last_code_at_or_below(map, start));
-        // Every x of the bucket is > -end; the last bucket reaches down to -infinity.
-        image.first_negative[b] =
-            b == kMapBuckets - 1 ? 0 : static_cast<u8>(last_code_at_or_below(map, -end));
+        // Magnitudes [low_magnitude, high_magnitude]; the first bucket also holds everything below.
+        const unsigned start = static_cast<unsigned>(b + kMapBucketBase) << 16;
+        const float low_magnitude = b == 0 ? 0.0f : fp::from_bits(start);
+        const float high_magnitude = b == kMapBuckets - 1 ? limit : fp::from_bits(start + 0xffffu);
+        if (!bucket_word(map, low_magnitude, high_magnitude, image.bucket[b])) return false;
+        if (!bucket_word(map, -high_magnitude, -low_magnitude, image.bucket[kMapBuckets + b])) return false;
     }
-}
-
-// The same code as nearest_code(image.code, x), found from the bucket table.
-CUDARC_OPTIM_FN u8 nearest_code(const QuantMapImage& image, float x) {
-    if (!(x == x)) return 0;  // NaN: where the binary search ends too
-    const unsigned bits = fp::bits(x);
-    const int bucket = map_bucket(bits & 0x7fffffffu);
-    int lo = (bits >> 31) != 0 ? image.first_negative[bucket] : image.first_positive[bucket];
-    float below = image.code[lo];
-    float above = lo < 255 ? image.code[lo + 1] : below;
-#if CUDARC_OPTIM_DEVICE_COMPILER
-#pragma unroll 1
-#endif
-    while (lo < 255 && above <= x) {
-        ++lo;
-        below = above;
-        above = lo < 255 ? image.code[lo + 1] : below;
-    }
-    if (lo < 255 && fp::sub(above, x) < fp::sub(x, below)) ++lo;
-    return static_cast<u8>(lo);
+    nonnegative_search = map[0] == 0.0f;
+    return true;
 }
 
 // 1 / absmax, or 0 for an all-zero block (every value then quantizes to the code of 0).
 CUDARC_OPTIM_FN float inverse_absmax(float absmax) {
     return absmax > 0.0f ? fp::div(1.0f, absmax) : 0.0f;
-}
-
-CUDARC_OPTIM_FN u8 quantize(const QuantMapImage& map, float value, float inv_absmax) {
-    return nearest_code(map, fp::mul(value, inv_absmax));
 }
 
 CUDARC_OPTIM_FN float dequantize(const float* map, u8 code, float absmax) {
@@ -368,6 +553,55 @@ CUDARC_OPTIM_FN float unorm_scale(float max_unorm, float norm_squared) {
     if (!(max_unorm > 0.0f)) return 1.0f;
     const float norm = fp::sqrt(norm_squared);
     return norm > max_unorm ? fp::div(max_unorm, norm) : 1.0f;
+}
+
+// --- The 8-bit kernels' element update ---
+// The formulas of update_element for a gradient already known to be finite, with the division and
+// the square root in a form that costs two approximate instructions (docs/optimizers.md, "8-bit
+// arithmetic"); the state arithmetic is update_element's, bit for bit:
+//   Adam/AdamW  u = (step_size * bc2) * m * rcp(sqrt(v) + eps * bc2)   (= step_size m / (sqrt(v) / bc2 +
+//   eps)) RMSprop     u = (lr * g) * rcp(sqrt(v) + eps);   Adagrad  u = (clr * g) * rcp(sqrt(sum) + eps)
+// Note: these kernels are bound by instruction issue, where the rounded __fdiv_rn and __fsqrt_rn
+// (about ten instructions and a branch each) made up a large share of the work.
+template <int A>
+CUDARC_OPTIM_FN float update_8bit(const OptimParams& hp, float param, float g, float& s1, float& s2) {
+    if (!has_decoupled_decay(A) && hp.weight_decay != 0.0f) g = fp::fma(hp.weight_decay, param, g);
+    if (A == kAdam || A == kAdamW) {
+        s1 = fp::fma(hp.beta1, s1, fp::mul(fp::sub(1.0f, hp.beta1), g));
+        s2 = fp::fma(hp.beta2, s2, fp::mul(fp::mul(fp::sub(1.0f, hp.beta2), g), g));
+        const float denom = fp::add(fp::sqrt_normal(s2), fp::mul(hp.eps, hp.bias_correction2_sqrt));
+        return fp::mul(fp::mul(fp::mul(hp.step_size, hp.bias_correction2_sqrt), s1), fp::rcp_approx(denom));
+    } else if (A == kSgd) {
+        float direction = g;
+        if (hp.momentum != 0.0f) {
+            s1 = hp.step <= 1 ? g : fp::fma(hp.momentum, s1, fp::mul(fp::sub(1.0f, hp.dampening), g));
+            direction = hp.nesterov != 0 ? fp::fma(hp.momentum, s1, g) : s1;
+        }
+        return fp::mul(hp.lr, direction);
+    } else if (A == kLion) {
+        const float c = fp::fma(hp.beta1, s1, fp::mul(fp::sub(1.0f, hp.beta1), g));
+        s1 = fp::fma(hp.beta2, s1, fp::mul(fp::sub(1.0f, hp.beta2), g));
+        return c > 0.0f ? hp.lr : (c < 0.0f ? -hp.lr : 0.0f);
+    } else if (A == kRmsprop) {
+        s1 = fp::fma(hp.alpha, s1, fp::mul(fp::mul(fp::sub(1.0f, hp.alpha), g), g));
+        return fp::mul(fp::mul(hp.lr, g), fp::rcp_approx(fp::add(fp::sqrt_normal(s1), hp.eps)));
+    } else {  // kAdagrad
+        s1 = fp::fma(g, g, s1);
+        return fp::mul(fp::mul(hp.step_size, g), fp::rcp_approx(fp::add(fp::sqrt_normal(s1), hp.eps)));
+    }
+}
+
+// The 8-bit kernels' new parameter: p * decay - scale * u, with one rounding for the subtraction.
+template <int A>
+CUDARC_OPTIM_FN float apply_update_8bit(const OptimParams& hp, float param, float update, float scale) {
+    const float decayed = has_decoupled_decay(A) ? fp::mul(param, hp.decay) : param;
+    return fp::fma(-scale, update, decayed);
+}
+
+// Which map a state uses: unsigned (no negative codes) for second moments, signed otherwise. The
+// host uploads maps by this rule (abi::state_map) and the 8-bit kernels pick their search by it.
+CUDARC_OPTIM_FN bool uses_unsigned_map(int algorithm, int state) {
+    return state == 2 || algorithm == kRmsprop || algorithm == kAdagrad;
 }
 
 // Which states an algorithm keeps (SGD keeps its momentum buffer only when momentum != 0).

@@ -1,10 +1,11 @@
 // Optimizer kernels, part 2: device-only machinery shared by optim_32bit.cu and optim_8bit.cu.
 //
 // Work is cut into tiles (kTile32 or kTile8 elements, see optim_common.cuh). The per-tensor kernels
-// walk a tensor's tiles with a grid-stride loop; the multi-tensor kernels give each block one chunk
-// (a run of whole tiles of one tensor). Both call the same tile routine, so every element sees the
-// same arithmetic in either layout, and the max_unorm partial sums (one per tile, summed in a fixed
-// order) are identical too: per-tensor and multi-tensor results are bitwise equal.
+// walk a tensor's tiles with a grid-stride loop; in the multi-tensor kernels block b takes chunks b,
+// b + gridDim.x, ... (a chunk is a run of whole tiles of one tensor). Both call the same tile
+// routine, so every element sees the same arithmetic in either layout, and the max_unorm partial
+// sums (one per tile, summed in a fixed order) are identical too: per-tensor and multi-tensor
+// results are bitwise equal.
 #pragma once
 
 #include "optim_common.cuh"
@@ -81,27 +82,12 @@ __device__ __forceinline__ void store_vec8(u16* p, const u16 (&in)[8]) {
     const Vec4u v = {words[0], words[1], words[2], words[3]};
     *reinterpret_cast<Vec4u*>(p) = v;
 }
-__device__ __forceinline__ void load_vec8(const u8* p, u8 (&out)[8]) {
-    const Vec2u v = *reinterpret_cast<const Vec2u*>(p);
-    for (int k = 0; k < 4; ++k) {
-        out[k] = static_cast<u8>(v.x >> (8 * k));
-        out[k + 4] = static_cast<u8>(v.y >> (8 * k));
-    }
-}
-__device__ __forceinline__ void store_vec8(u8* p, const u8 (&in)[8]) {
-    Vec2u v = {0u, 0u};
-    for (int k = 0; k < 4; ++k) {
-        v.x |= static_cast<unsigned>(in[k]) << (8 * k);
-        v.y |= static_cast<unsigned>(in[k + 4]) << (8 * k);
-    }
-    *reinterpret_cast<Vec2u*>(p) = v;
-}
-
 // --- Reductions ---
 
 // Max over the 32 lanes of a group (threads 32k .. 32k+31); every lane gets the result.
+// (maxNum: a NaN is dropped; for other values any order gives the same bits.)
 __device__ __forceinline__ float group_max(float value) {
-    for (int mask = 16; mask > 0; mask >>= 1) value = fp::max(value, CUDARC_OPTIM_SHFL_XOR(value, mask));
+    for (int mask = 16; mask > 0; mask >>= 1) value = fp::fmax(value, CUDARC_OPTIM_SHFL_XOR(value, mask));
     return value;
 }
 
@@ -230,102 +216,217 @@ __device__ __forceinline__ float tile_32bit(const OptimTensor& t, const OptimPar
 // old absmax; update each element (a non-finite gradient keeps its state value and parameter); new
 // absmax = max |state| over the block (including kept values); write parameters from the
 // unquantized new state; quantize the state with the new absmax; write codes and absmax.
-template <int A, class D, bool kNormPass>
-__device__ __forceinline__ float tile_8bit(const OptimTensor& t, const OptimParams& hp, i64 begin, i64 end,
-                                           float scale, bool vector_ok, const QuantMapImage* map1,
-                                           const QuantMapImage* map2, bool& saw_nonfinite) {
+//
+// Two ways through the update, with the same arithmetic per element: the fast one for a thread with
+// 8 aligned elements whose gradients are all finite (vector loads and stores, no per-element test),
+// and the general one for everything else (the end of a tensor, misaligned arrays, non-finite
+// gradients). Both give every element the same bits.
+
+// Parameter stores of 8 converted values: one 16-byte (fp16/bf16) or two (fp32) vector stores.
+template <class D>
+struct ParamStore8 {
+    static __device__ __forceinline__ void store(u16* p, const float (&v)[8]) {
+        const Vec4u words = {D::store_pair(v[0], v[1]), D::store_pair(v[2], v[3]), D::store_pair(v[4], v[5]),
+                             D::store_pair(v[6], v[7])};
+        *reinterpret_cast<Vec4u*>(p) = words;
+    }
+};
+template <>
+struct ParamStore8<F32> {
+    static __device__ __forceinline__ void store(float* p, const float (&v)[8]) { store_vec8(p, v); }
+};
+
+__device__ __forceinline__ unsigned code_byte(const Vec2u& codes, int j) {
+    return ((j < 4 ? codes.x : codes.y) >> (8 * (j & 3))) & 0xffu;
+}
+
+// Four codes (each in the low byte of a word) packed into one word, first code lowest.
+__device__ __forceinline__ unsigned pack_codes(unsigned c0, unsigned c1, unsigned c2, unsigned c3) {
+    return __byte_perm(__byte_perm(c0, c1, 0x0040u), __byte_perm(c2, c3, 0x0040u), 0x5410u);
+}
+
+// Shared memory for one block: reduction scratch and, for 8-bit state, the parts of the two map
+// images the search reads (state 2 is always a second moment, with an unsigned map: the positive
+// buckets suffice).
+template <bool kEightBit>
+struct alignas(16) BlockShared {
+    float scratch[kThreads / 32];
+    float code1[256];
+    float code2[256];
+    unsigned bucket1[2 * kMapBuckets];
+    unsigned bucket2[kMapBuckets];
+};
+template <>
+struct alignas(16) BlockShared<false> {
+    float scratch[kThreads / 32];
+};
+
+template <int A, int kState>
+__device__ __forceinline__ unsigned quantize_8bit(const unsigned* buckets, float value, float inverse) {
+    const float x = fp::mul(value, inverse);
+    return uses_unsigned_map(A, kState) ? code_of_nonnegative(buckets, x) : code_of(buckets, x);
+}
+
+// One thread's slice of an 8-bit tile as read from memory: 8 parameters and gradients, 8 codes of
+// each state, and the quantization block's absmax of each state.
+template <class D>
+struct Slice8 {
+    typename D::Storage param[8];
+    typename D::Storage grad[8];
+    Vec2u codes1;
+    Vec2u codes2;
+    float absmax1;
+    float absmax2;
+};
+
+// Reads a whole, aligned slice with vector loads and returns true; any other slice is left to
+// tile_8bit (returns false, reads nothing).
+template <int A, class D>
+__device__ __forceinline__ bool load_slice8(const OptimTensor& t, const OptimParams& hp, i64 first, int count,
+                                            bool vector_ok, Slice8<D>& slice) {
     typedef typename D::Storage S;
-    const i64 first = begin + 8 * static_cast<i64>(threadIdx.x);
-    const int count = first >= end ? 0 : (end - first >= 8 ? 8 : static_cast<int>(end - first));
+    if (!(vector_ok && count == 8)) return false;
+    const unsigned long long block = static_cast<unsigned long long>(first) / kQuantBlock;
+    load_vec8(static_cast<const S*>(t.param) + first, slice.param);
+    load_vec8(static_cast<const S*>(t.grad) + first, slice.grad);
+    slice.codes1 = Vec2u{0u, 0u};
+    slice.codes2 = Vec2u{0u, 0u};
+    slice.absmax1 = 0.0f;
+    slice.absmax2 = 0.0f;
+    if (uses_state1(A, hp)) {
+        slice.codes1 = *reinterpret_cast<const Vec2u*>(static_cast<const u8*>(t.state1) + first);
+        slice.absmax1 = t.absmax1[block];
+    }
+    if (uses_state2(A)) {
+        slice.codes2 = *reinterpret_cast<const Vec2u*>(static_cast<const u8*>(t.state2) + first);
+        slice.absmax2 = t.absmax2[block];
+    }
+    return true;
+}
+
+// Elements [first, first + count) of one tile (count in [0, 8]); `loaded` holds them when
+// `is_loaded` (a whole, aligned slice), else they are read here element by element.
+template <int A, class D, bool kNormPass>
+__device__ __forceinline__ float tile_8bit(const OptimTensor& t, const OptimParams& hp, i64 first, int count,
+                                           const Slice8<D>& loaded, bool is_loaded, float scale,
+                                           const BlockShared<true>& maps, bool& saw_nonfinite) {
+    typedef typename D::Storage S;
     const bool with1 = uses_state1(A, hp);
     const bool with2 = uses_state2(A);
-    const i64 block = first / kQuantBlock;
+    const unsigned long long block = static_cast<unsigned long long>(first) / kQuantBlock;
     S* param = static_cast<S*>(t.param) + first;
-    const S* grad = static_cast<const S*>(t.grad) + first;
     u8* codes1 = static_cast<u8*>(t.state1) + first;
     u8* codes2 = static_cast<u8*>(t.state2) + first;
 
-    S p_raw[8];
-    S g_raw[8];
-    u8 c1[8];
-    u8 c2[8];
-    const bool vector = vector_ok && count == 8;
-    if (vector) {
-        load_vec8(param, p_raw);
-        load_vec8(grad, g_raw);
-        if (with1) load_vec8(codes1, c1);
-        if (with2) load_vec8(codes2, c2);
+    Slice8<D> slice;
+    if (is_loaded) {
+        slice = loaded;
     } else {
+        const S* grad = static_cast<const S*>(t.grad) + first;
+        unsigned words1[2] = {0u, 0u};
+        unsigned words2[2] = {0u, 0u};
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
+            slice.param[j] = 0, slice.grad[j] = 0;
             if (j >= count) continue;
-            p_raw[j] = param[j];
-            g_raw[j] = grad[j];
-            if (with1) c1[j] = codes1[j];
-            if (with2) c2[j] = codes2[j];
+            slice.param[j] = param[j];
+            slice.grad[j] = grad[j];
+            if (with1) words1[j >> 2] |= static_cast<unsigned>(codes1[j]) << (8 * (j & 3));
+            if (with2) words2[j >> 2] |= static_cast<unsigned>(codes2[j]) << (8 * (j & 3));
         }
+        slice.codes1 = Vec2u{words1[0], words1[1]};
+        slice.codes2 = Vec2u{words2[0], words2[1]};
+        slice.absmax1 = (count > 0 && with1) ? t.absmax1[block] : 0.0f;
+        slice.absmax2 = (count > 0 && with2) ? t.absmax2[block] : 0.0f;
     }
-    const float old_absmax1 = (count > 0 && with1) ? t.absmax1[block] : 0.0f;
-    const float old_absmax2 = (count > 0 && with2) ? t.absmax2[block] : 0.0f;
 
-    // Note: each parameter is finished as soon as its update is known (the clipping scale is fixed
-    // before the tile) and stored before the absmax reduction, so only the states stay live: fewer
-    // registers, more blocks per multiprocessor.
+    // 0 * g is 0 for every finite g and NaN otherwise: one test covers the 8 gradients.
+    float g[8];
+    float probe = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        g[j] = fp::mul(D::load(slice.grad[j]), hp.inv_grad_scale);
+        probe = fp::fma(g[j], 0.0f, probe);
+    }
     float s1[8];
     float s2[8];
     float max1 = 0.0f;
     float max2 = 0.0f;
     float norm_squared = 0.0f;
+    if (is_loaded && probe == 0.0f) {
+        // The common case: 8 finite gradients, vector stores.
+        float p_new[8];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-        s1[j] = 0.0f, s2[j] = 0.0f;
-        if (j >= count) continue;
-        if (with1) s1[j] = dequantize(map1->code, c1[j], old_absmax1);
-        if (with2) s2[j] = dequantize(map2->code, c2[j], old_absmax2);
-        const float p = D::load(p_raw[j]);
-        float update;
-        if (update_element<A>(hp, p, D::load(g_raw[j]), s1[j], s2[j], update)) {
+        for (int j = 0; j < 8; ++j) {
+            s1[j] = with1 ? dequantize(maps.code1, static_cast<u8>(code_byte(slice.codes1, j)), slice.absmax1)
+                          : 0.0f;
+            s2[j] = with2 ? dequantize(maps.code2, static_cast<u8>(code_byte(slice.codes2, j)), slice.absmax2)
+                          : 0.0f;
+            const float p = D::load(slice.param[j]);
+            const float update = update_8bit<A>(hp, p, g[j], s1[j], s2[j]);
             if (kNormPass) {
                 norm_squared = fp::fma(update, update, norm_squared);
             } else {
-                p_raw[j] = D::store(apply_update<A>(hp, p, update, scale));
+                p_new[j] = apply_update_8bit<A>(hp, p, update, scale);
             }
-        } else {
-            saw_nonfinite = true;
+            max1 = fp::fmax(max1, fp::abs(s1[j]));
+            max2 = fp::fmax(max2, fp::abs(s2[j]));
         }
-        max1 = fp::max(max1, fp::abs(s1[j]));
-        max2 = fp::max(max2, fp::abs(s2[j]));
-    }
-    if (kNormPass) return norm_squared;
-    if (vector) {
-        store_vec8(param, p_raw);
+        if (!kNormPass) ParamStore8<D>::store(param, p_new);
     } else {
+        // Element by element: the end of a tensor, misaligned arrays, or a non-finite gradient.
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
-            if (j < count) param[j] = p_raw[j];
+            s1[j] = 0.0f, s2[j] = 0.0f;
+            if (j >= count) continue;
+            if (with1)
+                s1[j] = dequantize(maps.code1, static_cast<u8>(code_byte(slice.codes1, j)), slice.absmax1);
+            if (with2)
+                s2[j] = dequantize(maps.code2, static_cast<u8>(code_byte(slice.codes2, j)), slice.absmax2);
+            if (fp::is_finite(g[j])) {
+                const float p = D::load(slice.param[j]);
+                const float update = update_8bit<A>(hp, p, g[j], s1[j], s2[j]);
+                if (kNormPass) {
+                    norm_squared = fp::fma(update, update, norm_squared);
+                } else {
+                    param[j] = D::store(apply_update_8bit<A>(hp, p, update, scale));
+                }
+            } else {
+                saw_nonfinite = true;
+            }
+            max1 = fp::fmax(max1, fp::abs(s1[j]));
+            max2 = fp::fmax(max2, fp::abs(s2[j]));
         }
     }
+    if (kNormPass) return norm_squared;
 
     // Every lane of the group takes part, also those past the end (they contribute 0).
     const float absmax1 = with1 ? group_max(max1) : 0.0f;
     const float absmax2 = with2 ? group_max(max2) : 0.0f;
     const float inv1 = inverse_absmax(absmax1);
     const float inv2 = inverse_absmax(absmax2);
+    unsigned q1[8];
+    unsigned q2[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-        if (j >= count) continue;
-        if (with1) c1[j] = quantize(*map1, s1[j], inv1);
-        if (with2) c2[j] = quantize(*map2, s2[j], inv2);
+        q1[j] = with1 ? quantize_8bit<A, 1>(maps.bucket1, s1[j], inv1) : 0u;
+        q2[j] = with2 ? quantize_8bit<A, 2>(maps.bucket2, s2[j], inv2) : 0u;
     }
-    if (vector) {
-        if (with1) store_vec8(codes1, c1);
-        if (with2) store_vec8(codes2, c2);
+    if (is_loaded) {
+        if (with1) {
+            *reinterpret_cast<Vec2u*>(codes1) =
+                Vec2u{pack_codes(q1[0], q1[1], q1[2], q1[3]), pack_codes(q1[4], q1[5], q1[6], q1[7])};
+        }
+        if (with2) {
+            *reinterpret_cast<Vec2u*>(codes2) =
+                Vec2u{pack_codes(q2[0], q2[1], q2[2], q2[3]), pack_codes(q2[4], q2[5], q2[6], q2[7])};
+        }
     } else {
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
             if (j >= count) continue;
-            if (with1) codes1[j] = c1[j];
-            if (with2) codes2[j] = c2[j];
+            if (with1) codes1[j] = static_cast<u8>(q1[j]);
+            if (with2) codes2[j] = static_cast<u8>(q2[j]);
         }
     }
     if (count > 0 && (threadIdx.x & 31u) == 0) {
@@ -350,26 +451,28 @@ __device__ __forceinline__ bool vector_path_ok(const OptimTensor& t, const Optim
     return ok;
 }
 
+// Where a thread's slice of tile `tile` lies: its first element and how many (0 to per_thread)
+// fall before `limit`.
+template <int kTile, int kPerThread>
+__device__ __forceinline__ void slice_place(i64 tile, i64 limit, i64& first, int& count) {
+    const i64 begin = tile * kTile;
+    const i64 end = begin + kTile < limit ? begin + kTile : limit;
+    first = begin + kPerThread * static_cast<i64>(threadIdx.x);
+    count = first >= end ? 0 : (end - first >= kPerThread ? kPerThread : static_cast<int>(end - first));
+}
+
 // Processes tiles first_tile, first_tile + stride, ... below end_tile, with elements limited to
 // [0, limit). In the norm pass, writes each tile's partial sum to t.unorm[1 + tile].
-template <int A, class D, bool kEightBit, bool kNormPass>
-__device__ __forceinline__ bool run_tiles(const OptimTensor& t, const OptimParams& hp, i64 first_tile,
-                                          i64 end_tile, i64 stride, i64 limit, const QuantMapImage* map1,
-                                          const QuantMapImage* map2, float* scratch) {
-    const int kTile = kEightBit ? kTile8 : kTile32;
-    const bool vector_ok = kEightBit ? vector_path_ok<A, D, 8>(t, hp, 1) : vector_path_ok<A, D, 4>(t, hp, 4);
+template <int A, class D, bool kNormPass>
+__device__ __forceinline__ bool run_tiles_32bit(const OptimTensor& t, const OptimParams& hp, i64 first_tile,
+                                                i64 end_tile, i64 stride, i64 limit, float* scratch) {
+    const bool vector_ok = vector_path_ok<A, D, 4>(t, hp, 4);
     const float scale = kNormPass ? 1.0f : tensor_update_scale(t, hp);
     bool saw_nonfinite = false;
     for (i64 tile = first_tile; tile < end_tile; tile += stride) {
-        const i64 begin = tile * kTile;
-        const i64 end = begin + kTile < limit ? begin + kTile : limit;
-        float partial;
-        if (kEightBit) {
-            partial =
-                tile_8bit<A, D, kNormPass>(t, hp, begin, end, scale, vector_ok, map1, map2, saw_nonfinite);
-        } else {
-            partial = tile_32bit<A, D, kNormPass>(t, hp, begin, end, scale, vector_ok, saw_nonfinite);
-        }
+        const i64 begin = tile * kTile32;
+        const i64 end = begin + kTile32 < limit ? begin + kTile32 : limit;
+        float partial = tile_32bit<A, D, kNormPass>(t, hp, begin, end, scale, vector_ok, saw_nonfinite);
         if (kNormPass) {
             partial = block_sum(partial, scratch);
             if (threadIdx.x == 0) t.unorm[1 + tile] = partial;
@@ -378,84 +481,122 @@ __device__ __forceinline__ bool run_tiles(const OptimTensor& t, const OptimParam
     return saw_nonfinite;
 }
 
-// Copies a code map image (7424 bytes, 16-byte aligned) to shared memory: the search reads it
-// several times per element.
-__device__ __forceinline__ void stage_map(QuantMapImage* shared_map, const QuantMapImage* map, bool used) {
-    if (!used) return;
-    const int vectors = static_cast<int>(sizeof(QuantMapImage) / sizeof(Vec4u));
-    const Vec4u* from = reinterpret_cast<const Vec4u*>(map);
-    Vec4u* to = reinterpret_cast<Vec4u*>(shared_map);
-    for (int i = static_cast<int>(threadIdx.x); i < vectors; i += kThreads) to[i] = from[i];
+// The same for 8-bit state.
+// Note: reading the next tile ahead (all of it or its parameters and gradients into registers, or all
+// of it into shared memory with cp.async) measured no faster on an H200: registers spilled, occupancy
+// fell, or the copies' shared-memory traffic took the place of the latency they hid.
+template <int A, class D, bool kNormPass>
+__device__ __forceinline__ bool run_tiles_8bit(const OptimTensor& t, const OptimParams& hp, i64 first_tile,
+                                               i64 end_tile, i64 stride, i64 limit, BlockShared<true>& maps) {
+    if (first_tile >= end_tile) return false;
+    const bool vector_ok = vector_path_ok<A, D, 8>(t, hp, 1);
+    const float scale = kNormPass ? 1.0f : tensor_update_scale(t, hp);
+    bool saw_nonfinite = false;
+    for (i64 tile = first_tile; tile < end_tile; tile += stride) {
+        i64 first;
+        int count;
+        slice_place<kTile8, 8>(tile, limit, first, count);
+        Slice8<D> current;
+        const bool current_loaded = load_slice8<A, D>(t, hp, first, count, vector_ok, current);
+        float partial = tile_8bit<A, D, kNormPass>(t, hp, first, count, current, current_loaded, scale, maps,
+                                                   saw_nonfinite);
+        if (kNormPass) {
+            partial = block_sum(partial, maps.scratch);
+            if (threadIdx.x == 0) t.unorm[1 + tile] = partial;
+        }
+    }
+    return saw_nonfinite;
 }
 
-// Shared memory for one block: reduction scratch and, for 8-bit state, the two map images.
-template <bool kEightBit>
-struct BlockShared {
-    float scratch[kThreads / 32];
-    QuantMapImage maps[2];
-    __device__ __forceinline__ QuantMapImage* map(int i) { return &maps[i]; }
-};
-template <>
-struct BlockShared<false> {
-    float scratch[kThreads / 32];
-    __device__ __forceinline__ QuantMapImage* map(int) { return 0; }
-};
+// The tile loop of the state format whose shared memory is given.
+template <int A, class D, bool kNormPass>
+__device__ __forceinline__ bool run_tiles_in(BlockShared<true>& shared, const OptimTensor& t,
+                                             const OptimParams& hp, i64 first_tile, i64 end_tile, i64 stride,
+                                             i64 limit) {
+    return run_tiles_8bit<A, D, kNormPass>(t, hp, first_tile, end_tile, stride, limit, shared);
+}
+template <int A, class D, bool kNormPass>
+__device__ __forceinline__ bool run_tiles_in(BlockShared<false>& shared, const OptimTensor& t,
+                                             const OptimParams& hp, i64 first_tile, i64 end_tile, i64 stride,
+                                             i64 limit) {
+    return run_tiles_32bit<A, D, kNormPass>(t, hp, first_tile, end_tile, stride, limit, shared.scratch);
+}
+
+template <int A, class D, bool kEightBit, bool kNormPass>
+__device__ __forceinline__ bool run_tiles(const OptimTensor& t, const OptimParams& hp, i64 first_tile,
+                                          i64 end_tile, i64 stride, i64 limit,
+                                          BlockShared<kEightBit>& shared) {
+    return run_tiles_in<A, D, kNormPass>(shared, t, hp, first_tile, end_tile, stride, limit);
+}
+
+// Copies `words` 4-byte words (a multiple of 4, both ends 16-byte aligned) into shared memory.
+__device__ __forceinline__ void stage_words(void* to, const void* from, int words) {
+    const Vec4u* source = static_cast<const Vec4u*>(from);
+    Vec4u* target = static_cast<Vec4u*>(to);
+    for (int i = static_cast<int>(threadIdx.x); i < words / 4; i += kThreads) target[i] = source[i];
+}
+
+// Stages the maps the algorithm uses; every thread of the block must call it.
+template <int A>
+__device__ __forceinline__ void stage_maps(BlockShared<true>& shared, const OptimParams& hp,
+                                           const QuantMapImage* qmap1, const QuantMapImage* qmap2) {
+    if (uses_state1(A, hp)) {
+        stage_words(shared.code1, qmap1->code, 256);
+        stage_words(shared.bucket1, qmap1->bucket, uses_unsigned_map(A, 1) ? kMapBuckets : 2 * kMapBuckets);
+    }
+    if (uses_state2(A)) {
+        stage_words(shared.code2, qmap2->code, 256);
+        stage_words(shared.bucket2, qmap2->bucket, kMapBuckets);
+    }
+    __syncthreads();
+}
+template <int A>
+__device__ __forceinline__ void stage_maps(BlockShared<false>&, const OptimParams&, const QuantMapImage*,
+                                           const QuantMapImage*) {}
 
 template <int A, class D, bool kEightBit, bool kNormPass>
 __device__ __forceinline__ void tensor_kernel(const OptimTensor& t, const OptimParams& hp,
                                               const QuantMapImage* qmap1, const QuantMapImage* qmap2,
                                               int* nonfinite_flag, unsigned* blocks_done) {
     __shared__ BlockShared<kEightBit> shared;
-    float* scratch = shared.scratch;
-    const QuantMapImage* map1 = 0;
-    const QuantMapImage* map2 = 0;
     if (kNormPass && (t.unorm == 0 || blocks_done == 0)) return;
-    if (kEightBit) {
-        map1 = shared.map(0);
-        map2 = shared.map(1);
-        stage_map(shared.map(0), qmap1, uses_state1(A, hp));
-        stage_map(shared.map(1), qmap2, uses_state2(A));
-        __syncthreads();
-    }
+    stage_maps<A>(shared, hp, qmap1, qmap2);
     const int kTile = kEightBit ? kTile8 : kTile32;
     const i64 tiles = (t.numel + kTile - 1) / kTile;
-    const bool saw_nonfinite = run_tiles<A, D, kEightBit, kNormPass>(t, hp, blockIdx.x, tiles, gridDim.x,
-                                                                     t.numel, map1, map2, scratch);
+    const bool saw_nonfinite =
+        run_tiles<A, D, kEightBit, kNormPass>(t, hp, blockIdx.x, tiles, gridDim.x, t.numel, shared);
     if (kNormPass) {
-        finish_update_norms<kEightBit ? kTile8 : kTile32>(&t, 1, blocks_done, scratch);
+        finish_update_norms<kTile>(&t, 1, blocks_done, shared.scratch);
     } else if (saw_nonfinite && nonfinite_flag != 0) {
         *nonfinite_flag = 1;
     }
 }
 
+// Block b processes chunks b, b + gridDim.x, ... (8-bit launches use one wave of blocks, so each
+// stages its maps once).
 template <int A, class D, bool kEightBit, bool kNormPass>
 __device__ __forceinline__ void multi_tensor_kernel(const OptimTensor* tensors, const OptimChunk* chunks,
-                                                    int num_tensors, const OptimParams& hp,
+                                                    int num_chunks, int num_tensors, const OptimParams& hp,
                                                     const QuantMapImage* qmap1, const QuantMapImage* qmap2,
                                                     int* nonfinite_flag, unsigned* blocks_done) {
     __shared__ BlockShared<kEightBit> shared;
-    float* scratch = shared.scratch;
-    const QuantMapImage* map1 = 0;
-    const QuantMapImage* map2 = 0;
     if (kNormPass && blocks_done == 0) return;
-    if (kEightBit) {
-        map1 = shared.map(0);
-        map2 = shared.map(1);
-        stage_map(shared.map(0), qmap1, uses_state1(A, hp));
-        stage_map(shared.map(1), qmap2, uses_state2(A));
-        __syncthreads();
-    }
+    stage_maps<A>(shared, hp, qmap1, qmap2);
     const int kTile = kEightBit ? kTile8 : kTile32;
-    const OptimChunk chunk = chunks[blockIdx.x];
-    const OptimTensor t = tensors[chunk.tensor];
-    const i64 chunk_end = chunk.offset + chunk.count < t.numel ? chunk.offset + chunk.count : t.numel;
     bool saw_nonfinite = false;
-    if (!kNormPass || t.unorm != 0) {
-        saw_nonfinite = run_tiles<A, D, kEightBit, kNormPass>(
-            t, hp, chunk.offset / kTile, (chunk_end + kTile - 1) / kTile, 1, chunk_end, map1, map2, scratch);
+    for (int c = static_cast<int>(blockIdx.x); c < num_chunks; c += static_cast<int>(gridDim.x)) {
+        const OptimChunk chunk = chunks[c];
+        const OptimTensor t = tensors[chunk.tensor];
+        const i64 chunk_end = chunk.offset + chunk.count < t.numel ? chunk.offset + chunk.count : t.numel;
+        if (!kNormPass || t.unorm != 0) {
+            saw_nonfinite =
+                run_tiles<A, D, kEightBit, kNormPass>(
+                    t, hp, chunk.offset / kTile, (chunk_end + kTile - 1) / kTile, 1, chunk_end, shared) ||
+                saw_nonfinite;
+        }
     }
     if (kNormPass) {
-        finish_update_norms<kEightBit ? kTile8 : kTile32>(tensors, num_tensors, blocks_done, scratch);
+        finish_update_norms<kTile>(tensors, num_tensors, blocks_done, shared.scratch);
     } else if (saw_nonfinite && nonfinite_flag != 0) {
         *nonfinite_flag = 1;
     }
@@ -464,9 +605,10 @@ __device__ __forceinline__ void multi_tensor_kernel(const OptimTensor* tensors, 
 }  // namespace cudarc_optim
 
 // Defines the four kernels of one (algorithm, dtype, state) triple; see kernel_abi.hpp for the names.
-// Note: the 8-bit kernels are bound by arithmetic and shared-memory latency, not by memory; capping
-// them at 80 registers (3 blocks of 256 threads per SM) made them about 25% faster on an
-// H200. On HIP the second __launch_bounds__ argument counts waves per SIMD, where 3 asks about the same.
+// Note: the 8-bit kernels are bound by instruction issue, shared-memory lookups and memory latency
+// together; capped at 80 registers (3 blocks of 256 threads per SM) they ran fastest on an H200 (at
+// 64 registers, 4 blocks, they spill). On HIP the second __launch_bounds__ argument counts waves per
+// SIMD, where 3 asks about the same.
 #define CUDARC_OPTIM_MIN_BLOCKS(EIGHT_BIT) ((EIGHT_BIT) ? 3 : 1)
 #define CUDARC_OPTIM_TENSOR_KERNEL(NAME, ALGO_ENUM, DTYPE_TAG, EIGHT_BIT, NORM_PASS)                         \
     extern "C" __global__ void __launch_bounds__(256, CUDARC_OPTIM_MIN_BLOCKS(EIGHT_BIT))                    \
@@ -477,13 +619,13 @@ __device__ __forceinline__ void multi_tensor_kernel(const OptimTensor* tensors, 
             tensor, params, qmap1, qmap2, nonfinite_flag, blocks_done);                                      \
     }
 #define CUDARC_OPTIM_MULTI_KERNEL(NAME, ALGO_ENUM, DTYPE_TAG, EIGHT_BIT, NORM_PASS)                       \
-    extern "C" __global__ void __launch_bounds__(256, CUDARC_OPTIM_MIN_BLOCKS(EIGHT_BIT))                 \
-        NAME(const cudarc_optim::OptimTensor* tensors, const cudarc_optim::OptimChunk* chunks,            \
-             int num_tensors, cudarc_optim::OptimParams params, const cudarc_optim::QuantMapImage* qmap1, \
-             const cudarc_optim::QuantMapImage* qmap2, int* nonfinite_flag, unsigned* blocks_done) {      \
+    extern "C" __global__ void __launch_bounds__(256, CUDARC_OPTIM_MIN_BLOCKS(EIGHT_BIT)) NAME(           \
+        const cudarc_optim::OptimTensor* tensors, const cudarc_optim::OptimChunk* chunks, int num_chunks, \
+        int num_tensors, cudarc_optim::OptimParams params, const cudarc_optim::QuantMapImage* qmap1,      \
+        const cudarc_optim::QuantMapImage* qmap2, int* nonfinite_flag, unsigned* blocks_done) {           \
         cudarc_optim::multi_tensor_kernel<cudarc_optim::ALGO_ENUM, cudarc_optim::DTYPE_TAG, EIGHT_BIT,    \
-                                          NORM_PASS>(tensors, chunks, num_tensors, params, qmap1, qmap2,  \
-                                                     nonfinite_flag, blocks_done);                        \
+                                          NORM_PASS>(tensors, chunks, num_chunks, num_tensors, params,    \
+                                                     qmap1, qmap2, nonfinite_flag, blocks_done);          \
     }
 #define CUDARC_OPTIM_DEFINE_KERNELS(ALGORITHM, ALGO_ENUM, DTYPE, DTYPE_TAG, BITS, EIGHT_BIT)           \
     CUDARC_OPTIM_TENSOR_KERNEL(cudarc_optim_##ALGORITHM##_##DTYPE##_##BITS##_tensor_update, ALGO_ENUM, \

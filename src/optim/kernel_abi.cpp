@@ -7,6 +7,8 @@
 #include <limits>
 
 #include "cudarc/error.hpp"
+// Note: the kernels' own rules, compiled for the host, so host and device cannot disagree.
+#include "../../kernels/optim_common.cuh"
 
 namespace cudarc::optim {
 
@@ -189,17 +191,33 @@ int state_count(Algorithm algorithm, const HyperParams& hyper) noexcept {
 }
 
 MapSign state_map(Algorithm algorithm, int state) noexcept {
-    if (state == 2) return MapSign::unsigned_map;
-    const bool second_moment = algorithm == Algorithm::rmsprop || algorithm == Algorithm::adagrad;
-    return second_moment ? MapSign::unsigned_map : MapSign::signed_map;
+    // The kernels choose their code search by the same rule.
+    return cudarc_optim::uses_unsigned_map(static_cast<int>(algorithm), state) ? MapSign::unsigned_map
+                                                                               : MapSign::signed_map;
 }
 
-unsigned recommended_grid(std::int64_t numel, StateFormat format, int multiprocessors) {
+namespace {
+
+std::int64_t grid_cap(StateFormat format, int multiprocessors, int resident_per_multiprocessor) {
+    return format == StateFormat::blockwise8
+               ? std::int64_t{std::max(1, multiprocessors)} * std::max(1, resident_per_multiprocessor)
+               : std::numeric_limits<std::int32_t>::max();
+}
+
+}  // namespace
+
+unsigned recommended_grid(std::int64_t numel, StateFormat format, int multiprocessors,
+                          int resident_per_multiprocessor) {
     const std::int64_t tiles = std::max<std::int64_t>(1, tile_count(numel, format));
-    const std::int64_t cap = format == StateFormat::blockwise8
-                                 ? std::max(1, multiprocessors) * std::int64_t{24}
-                                 : std::numeric_limits<std::int32_t>::max();
-    return static_cast<unsigned>(std::min(tiles, cap));
+    return static_cast<unsigned>(
+        std::min(tiles, grid_cap(format, multiprocessors, resident_per_multiprocessor)));
+}
+
+unsigned recommended_multi_grid(std::size_t chunks, StateFormat format, int multiprocessors,
+                                int resident_per_multiprocessor) {
+    const auto count = std::max<std::int64_t>(1, static_cast<std::int64_t>(chunks));
+    return static_cast<unsigned>(
+        std::min(count, grid_cap(format, multiprocessors, resident_per_multiprocessor)));
 }
 
 std::vector<Chunk> make_chunks(std::span<const std::int64_t> numels, StateFormat format,

@@ -21,7 +21,8 @@
 //
 // Launch shape: blockDim = (256, 1, 1), no dynamic shared memory.
 //     tensor layout: any gridDim.x >= 1 (grid-stride over tiles); recommended_grid() picks the fastest.
-//     multi layout: gridDim.x = number of chunks exactly (block b processes chunks[b]).
+//     multi layout: any gridDim.x >= 1 (block b processes chunks b, b + gridDim.x, ...);
+//     recommended_multi_grid() picks it.
 //
 // One step: with params.max_unorm == 0, launch the update pass alone. With max_unorm > 0, launch the
 // unorm pass, then the update pass, on the same stream with the same arguments: pass 1 only reads
@@ -170,9 +171,16 @@ inline constexpr std::int64_t kQuantBlock = 256;  // elements per absmax
 
 // Grid for the tensor layout (the kernels accept any grid). fp32 state: one block per tile, which
 // measured fastest on an H200 (fp32 AdamW at 256M parameters moved 4.25 TB/s, the copy rate, against
-// 3.9-4.0 TB/s with a grid-stride grid of 4-64 blocks per multiprocessor). 8-bit state: 24 blocks per
-// multiprocessor (8 rounds of the 3 that fit), since each block first stages 15 KB of map images.
-[[nodiscard]] unsigned recommended_grid(std::int64_t numel, StateFormat format, int multiprocessors);
+// 3.9-4.0 TB/s with a grid-stride grid of 4-64 blocks per multiprocessor). 8-bit state: at most one
+// wave of resident blocks (resident_per_multiprocessor, from the occupancy calculator, times the
+// multiprocessors), since each block first stages 40 KB of code maps into shared memory.
+[[nodiscard]] unsigned recommended_grid(std::int64_t numel, StateFormat format, int multiprocessors,
+                                        int resident_per_multiprocessor);
+
+// Grid for the multi-tensor layout: one block per chunk for fp32 state; for 8-bit state at most one
+// wave of resident blocks, each looping over chunks (see recommended_grid).
+[[nodiscard]] unsigned recommended_multi_grid(std::size_t chunks, StateFormat format, int multiprocessors,
+                                              int resident_per_multiprocessor);
 
 // Cuts tensors of the given sizes into chunks of at most max_chunk_elements (rounded down to whole
 // tiles, at least one tile), each starting at a multiple of tile_elements(format). Throws

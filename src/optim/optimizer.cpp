@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <utility>
 
@@ -60,8 +61,9 @@ void check_same_device(std::string_view where, const Stream& stream, const Param
     }
 }
 
-unsigned grid_for(const TensorLayout& t, StateFormat format, unsigned multiprocessors) {
-    return abi::recommended_grid(t.numel, format, static_cast<int>(multiprocessors));
+unsigned grid_for(const TensorLayout& t, StateFormat format, unsigned multiprocessors, const KernelSet& set) {
+    return abi::recommended_grid(t.numel, format, static_cast<int>(multiprocessors),
+                                 set.resident_per_multiprocessor);
 }
 
 }  // namespace
@@ -125,7 +127,8 @@ OptimizerState::OptimizerState(Stream& stream, const OptimizerOptions& opts)
         const Algorithm algorithm = to_algorithm(opts.rule);
         std::vector<std::uint8_t> images(2 * kQuantMapImageBytes);
         for (int state = 1; state <= 2; ++state) {
-            const QuantMapImage image = make_map_image(dynamic_map(abi::state_map(algorithm, state)));
+            const MapSign sign = abi::state_map(algorithm, state);
+            const QuantMapImage image = make_map_image(dynamic_map(sign), sign);
             std::memcpy(images.data() + static_cast<std::size_t>(state - 1) * kQuantMapImageBytes,
                         image.data(), image.size());
         }
@@ -172,6 +175,15 @@ const KernelSet& OptimizerState::kernels_for(ElementType type) {
         module.kernel<MultiKernel::signature>(name(KernelLayout::multi_tensor, KernelPass::update));
     set.multi_unorm =
         module.kernel<MultiKernel::signature>(name(KernelLayout::multi_tensor, KernelPass::update_norm));
+    if (format == StateFormat::blockwise8) {
+        // 8-bit launches use one wave of resident blocks, so each stages its code maps once.
+        int resident = INT_MAX;
+        for (const Function* f : {&set.tensor_update.function(), &set.tensor_unorm.function(),
+                                  &set.multi_update.function(), &set.multi_unorm.function()}) {
+            resident = std::min(resident, f->max_active_blocks_per_multiprocessor(kBlockThreads, 0));
+        }
+        set.resident_per_multiprocessor = std::max(1, resident);
+    }
     slot = std::move(set);
     return *slot;
 }
@@ -260,7 +272,7 @@ void OptimizerState::step_tensor(Stream* stream, LaunchPath path, GroupId id, st
     int* flag = as_mutable<int>(g.arena.base() + g.layout.flag_offset);
     unsigned* blocks_done = as_mutable<unsigned>(g.arena.base() + g.layout.counter_offset);
     const bool clip = params.max_unorm > 0.0f;
-    const unsigned grid = grid_for(t, format, multiprocessors);
+    const unsigned grid = grid_for(t, format, multiprocessors, set);
 
     if (t.numel == 0) {
         ++g.steps[index];
@@ -375,13 +387,17 @@ void OptimizerState::step_group(Stream& stream, GroupId id, std::span<const Para
                 as_mutable<const abi::TensorDesc>(g.tables.device_ptr() + bucket.descs_offset);
             const auto* chunks = as_mutable<const abi::Chunk>(g.tables.device_ptr() + bucket.chunks_offset);
             const int count = static_cast<int>(bucket.tensors.size());
-            const LaunchConfig config{static_cast<unsigned>(bucket.chunks.size()), kBlockThreads};
+            const int chunk_count = static_cast<int>(bucket.chunks.size());
+            const LaunchConfig config{abi::recommended_multi_grid(
+                                          bucket.chunks.size(), to_format(options.precision),
+                                          static_cast<int>(multiprocessors), set.resident_per_multiprocessor),
+                                      kBlockThreads};
             if (plan.params.max_unorm > 0.0f) {
-                launch(stream, config, set.multi_unorm, descs, chunks, count, plan.params, qmap1, qmap2, flag,
-                       blocks_done);
+                launch(stream, config, set.multi_unorm, descs, chunks, chunk_count, count, plan.params, qmap1,
+                       qmap2, flag, blocks_done);
             }
-            launch(stream, config, set.multi_update, descs, chunks, count, plan.params, qmap1, qmap2, flag,
-                   blocks_done);
+            launch(stream, config, set.multi_update, descs, chunks, chunk_count, count, plan.params, qmap1,
+                   qmap2, flag, blocks_done);
         }
         for (const std::size_t i : bucket.tensors) ++g.steps[i];
     }

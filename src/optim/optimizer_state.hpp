@@ -24,7 +24,7 @@ namespace cudarc::optim::detail {
 
 using TensorKernel =
     Kernel<void(abi::TensorDesc, abi::KernelParams, const void*, const void*, int*, unsigned*)>;
-using MultiKernel = Kernel<void(const abi::TensorDesc*, const abi::Chunk*, int, abi::KernelParams,
+using MultiKernel = Kernel<void(const abi::TensorDesc*, const abi::Chunk*, int, int, abi::KernelParams,
                                 const void*, const void*, int*, unsigned*)>;
 
 // The four kernels of one (rule, element type, state precision).
@@ -33,6 +33,7 @@ struct KernelSet {
     TensorKernel tensor_unorm;
     MultiKernel multi_update;
     MultiKernel multi_unorm;
+    int resident_per_multiprocessor = 1;  // blocks of these kernels that fit on one multiprocessor
 };
 
 // Page-locked staging for table uploads. Note: a buffer is reused only when its last copy has completed

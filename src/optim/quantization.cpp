@@ -72,18 +72,39 @@ std::uint8_t nearest_code(const QuantMap& map, float normalized) noexcept {
     return cudarc_optim::nearest_code(map.data(), normalized);
 }
 
-QuantMapImage make_map_image(const QuantMap& map) {
+QuantMapImage make_map_image(const QuantMap& map, MapSign sign) {
     const auto image = std::make_unique<cudarc_optim::QuantMapImage>();
-    cudarc_optim::build_map_image(map.data(), *image);
+    bool nonnegative_search = false;
+    if (!cudarc_optim::build_map_image(map.data(), *image, nonnegative_search)) {
+        throw Error(
+            "cudarc: this code map has no search image: its codes must be distinct and increasing, "
+            "within the search's clamp (|x| < 2), and the nearest code may step at most once within one "
+            "bucket (1/128 of a binade)");
+    }
+    if (sign == MapSign::unsigned_map && !nonnegative_search) {
+        throw Error("cudarc: an unsigned code map must have no negative codes and code 0 equal to 0");
+    }
     QuantMapImage bytes{};
     std::memcpy(bytes.data(), image.get(), bytes.size());
     return bytes;
 }
 
-std::uint8_t nearest_code(const QuantMapImage& bytes, float normalized) noexcept {
+namespace {
+
+cudarc_optim::QuantMapImage image_of(const QuantMapImage& bytes) noexcept {
     cudarc_optim::QuantMapImage image;
     std::memcpy(&image, bytes.data(), bytes.size());
-    return cudarc_optim::nearest_code(image, normalized);
+    return image;
+}
+
+}  // namespace
+
+std::uint8_t nearest_code(const QuantMapImage& bytes, float normalized) noexcept {
+    return cudarc_optim::nearest_code(image_of(bytes), normalized);
+}
+
+std::uint8_t nearest_code_nonnegative(const QuantMapImage& bytes, float normalized) noexcept {
+    return cudarc_optim::nearest_code_nonnegative(image_of(bytes), normalized);
 }
 
 BlockwiseState quantize_blockwise(std::span<const float> values, const QuantMap& map) {

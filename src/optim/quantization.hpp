@@ -35,15 +35,20 @@ using QuantMap = std::array<float, 256>;             // sorted ascending
 // code). A negative value never gets a positive code.
 [[nodiscard]] std::uint8_t nearest_code(const QuantMap& map, float normalized) noexcept;
 
-// What the kernels take for a map (qmap1/qmap2, in device memory, 16-byte aligned): the 256 codes,
-// then a search table that starts the nearest-code search next to its answer (layout:
-// cudarc_optim::QuantMapImage in kernels/optim_common.cuh).
-inline constexpr std::size_t kQuantMapImageBytes = 7424;
+// What the kernels take for a map (qmap1/qmap2, in device memory, 16-byte aligned): the 256 codes
+// and a bucket table that finds the nearest code in one load (layout: cudarc_optim::QuantMapImage in
+// kernels/optim_common.cuh). The kernels
+// search an unsigned map's image with a shortcut that knows no negative codes. Throws cudarc::Error
+// for a map the search cannot serve: codes not distinct and increasing, or so close that the
+// nearest code steps twice within one bucket; or, for MapSign::unsigned_map, a negative code or code 0 != 0.
+inline constexpr std::size_t kQuantMapImageBytes = 26624;
 using QuantMapImage = std::array<std::uint8_t, kQuantMapImageBytes>;
-[[nodiscard]] QuantMapImage make_map_image(const QuantMap& map);
+[[nodiscard]] QuantMapImage make_map_image(const QuantMap& map, MapSign sign);
 
-// The kernels' search through an image (for tests: it must agree with nearest_code).
+// The kernels' searches through an image (for tests: they must agree with nearest_code). The
+// nonnegative one is what the kernels use for unsigned maps.
 [[nodiscard]] std::uint8_t nearest_code(const QuantMapImage& image, float normalized) noexcept;
+[[nodiscard]] std::uint8_t nearest_code_nonnegative(const QuantMapImage& image, float normalized) noexcept;
 
 // Blockwise state as the kernels store it.
 struct BlockwiseState {

@@ -245,11 +245,17 @@ TEST_CASE("optim.abi_state_workspace_and_grid") {
     CHECK(abi::unorm_workspace_floats(1024, StateFormat::fp32) == 2);
     CHECK(abi::unorm_workspace_floats(1025, StateFormat::fp32) == 3);
     CHECK(abi::unorm_workspace_floats(4096, StateFormat::blockwise8) == 3);
-    CHECK(abi::recommended_grid(0, StateFormat::fp32, 132) == 1);
-    CHECK(abi::recommended_grid(5000, StateFormat::fp32, 132) == 5);
-    CHECK(abi::recommended_grid(std::int64_t{1} << 28, StateFormat::fp32, 132) ==
+    CHECK(abi::recommended_grid(0, StateFormat::fp32, 132, 4) == 1);
+    CHECK(abi::recommended_grid(5000, StateFormat::fp32, 132, 4) == 5);
+    CHECK(abi::recommended_grid(std::int64_t{1} << 28, StateFormat::fp32, 132, 4) ==
           262144);  // one block per tile
-    CHECK(abi::recommended_grid(5000, StateFormat::blockwise8, 132) == 3);
-    CHECK(abi::recommended_grid(std::int64_t{1} << 28, StateFormat::blockwise8, 132) == 132 * 24);
-    CHECK(abi::recommended_grid(std::int64_t{1} << 50, StateFormat::fp32, 132) == 2147483647u);
+    CHECK(abi::recommended_grid(5000, StateFormat::blockwise8, 132, 4) == 3);
+    CHECK(abi::recommended_grid(std::int64_t{1} << 28, StateFormat::blockwise8, 132, 4) ==
+          132 * 4);  // one wave
+    CHECK(abi::recommended_grid(std::int64_t{1} << 28, StateFormat::blockwise8, 132, 0) == 132);
+    CHECK(abi::recommended_grid(std::int64_t{1} << 50, StateFormat::fp32, 132, 4) == 2147483647u);
+    CHECK(abi::recommended_multi_grid(0, StateFormat::blockwise8, 132, 3) == 1);
+    CHECK(abi::recommended_multi_grid(100, StateFormat::blockwise8, 132, 3) == 100);
+    CHECK(abi::recommended_multi_grid(16384, StateFormat::blockwise8, 132, 3) == 396);
+    CHECK(abi::recommended_multi_grid(16384, StateFormat::fp32, 132, 3) == 16384);  // one block per chunk
 }

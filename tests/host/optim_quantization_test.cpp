@@ -172,39 +172,64 @@ TEST_CASE("optim.quant_nearest_code_matches_brute_force") {
     }
 }
 
-// The kernels search through a map image (a bucket table picks the starting code); it must give
-// exactly the binary search's code for every input, including ends, zeros of both signs and NaN.
+// The kernels search through a map image (a bucket table and the thresholds between codes); it must
+// give exactly the binary search's code for every input, including ends, zeros of both signs, NaN and
+// the floats on either side of every threshold. Unsigned maps also take the nonnegative shortcut.
 TEST_CASE("optim.quant_map_image_search_equals_binary_search") {
     std::uniform_int_distribution<std::uint32_t> any_bits;
-    const QuantMap small = cudarc::optim::make_dynamic_map(MapSign::unsigned_map, 3, 5);  // padded with zeros
-    for (const QuantMap* map :
-         {&dynamic_map(MapSign::signed_map), &dynamic_map(MapSign::unsigned_map), &small}) {
-        const cudarc::optim::QuantMapImage image = cudarc::optim::make_map_image(*map);
+    for (const MapSign sign : {MapSign::signed_map, MapSign::unsigned_map}) {
+        const QuantMap& map = dynamic_map(sign);
+        const cudarc::optim::QuantMapImage image = cudarc::optim::make_map_image(map, sign);
         std::vector<float> probes;
-        for (double x : probe_values(*map)) probes.push_back(static_cast<float>(x));
+        for (double x : probe_values(map)) probes.push_back(static_cast<float>(x));
         for (int i = 0; i < 20000; ++i)
             probes.push_back(std::bit_cast<float>(any_bits(rng())));  // all magnitudes
-        for (float code : *map) {
-            probes.push_back(code);
-            probes.push_back(std::nextafter(code, 2.0f));
-            probes.push_back(std::nextafter(code, -2.0f));
+        for (std::size_t i = 0; i < map.size(); ++i) {
+            const float code = map[i];
+            for (const float x : {code, std::nextafter(code, 2.0f), std::nextafter(code, -2.0f)}) {
+                probes.push_back(x);
+            }
+            if (i + 1 < map.size()) {
+                // Around the float midpoint, where the code changes: a few floats each way.
+                float x = (code + map[i + 1]) * 0.5f;
+                for (int k = 0; k < 4; ++k) x = std::nextafter(x, -2.0f);
+                for (int k = 0; k < 9; ++k, x = std::nextafter(x, 2.0f)) probes.push_back(x);
+            }
         }
         for (float edge :
-             {0.0f, -0.0f, 1e-45f, -1e-45f, 6e-8f, -6e-8f, 1.9999999f, 2.0f, -2.0f, 1e30f, -1e30f,
-              std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-              std::numeric_limits<float>::quiet_NaN()}) {
+             {0.0f, -0.0f, 1e-45f, -1e-45f, 6e-8f, -6e-8f, 5.9604645e-8f, -5.9604645e-8f, 1.9999999f,
+              -1.9999999f, 2.0f, -2.0f, 1e30f, -1e30f, std::numeric_limits<float>::infinity(),
+              -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
+              -std::numeric_limits<float>::quiet_NaN()}) {
             probes.push_back(edge);
         }
         for (float x : probes) {
             CAPTURE(x);
-            REQUIRE(cudarc::optim::nearest_code(image, x) == cudarc::optim::nearest_code(*map, x));
+            const std::uint8_t expected = cudarc::optim::nearest_code(map, x);
+            REQUIRE(cudarc::optim::nearest_code(image, x) == expected);
+            if (sign == MapSign::unsigned_map)
+                REQUIRE(cudarc::optim::nearest_code_nonnegative(image, x) == expected);
             // (Far outside [-1, 1] every float distance rounds alike and brute force cannot tell.)
-            // The padded map repeats 0, so brute force may name another index of the same value.
-            if (std::abs(x) <= 4.0f) {
-                REQUIRE((*map)[cudarc::optim::nearest_code(*map, x)] == (*map)[brute_force_nearest(*map, x)]);
-            }
+            if (std::abs(x) <= 4.0f) REQUIRE(map[expected] == map[brute_force_nearest(map, x)]);
         }
     }
+}
+
+TEST_CASE("optim.quant_map_image_refuses_maps_it_cannot_search") {
+    // A padded map repeats 0: its codes are not distinct.
+    const QuantMap padded = cudarc::optim::make_dynamic_map(MapSign::unsigned_map, 3, 5);
+    CHECK_THROWS_WITH_AS(static_cast<void>(cudarc::optim::make_map_image(padded, MapSign::unsigned_map)),
+                         doctest::Contains("distinct and increasing"), cudarc::Error);
+    // Three codes within one ulp of each other: two thresholds in one bucket.
+    QuantMap crowded = dynamic_map(MapSign::signed_map);
+    crowded[253] = std::nextafter(crowded[254], 0.0f);
+    crowded[252] = std::nextafter(crowded[253], 0.0f);
+    CHECK_THROWS_WITH_AS(static_cast<void>(cudarc::optim::make_map_image(crowded, MapSign::signed_map)),
+                         doctest::Contains("bucket"), cudarc::Error);
+    // The signed map under the unsigned map's shortcut.
+    CHECK_THROWS_WITH_AS(static_cast<void>(cudarc::optim::make_map_image(dynamic_map(MapSign::signed_map),
+                                                                         MapSign::unsigned_map)),
+                         doctest::Contains("no negative codes"), cudarc::Error);
 }
 
 TEST_CASE("optim.quant_rounding_keeps_the_sign") {
