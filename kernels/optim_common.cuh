@@ -83,6 +83,20 @@ static_assert(sizeof(OptimChunk) == 16, "OptimChunk layout changed: update src/o
 // 32-bit state: 4 elements per thread; 8-bit state: 8, so 32 threads cover one quantization block.
 enum : int { kThreads = 256, kQuantBlock = 256, kTile32 = kThreads * 4, kTile8 = kThreads * 8 };
 
+// 8-bit state on sm_90 and later: the tensor memory accelerator copies the block's coming tiles into
+// kTileStages buffers in dynamic shared memory (optim_device.cuh, "Tiles through shared memory"). A
+// buffer holds one tile's parameters, gradients, both states' codes and both states' 8 absmax values.
+// The update launch provides tile_pipeline_bytes() of dynamic shared memory (kernel_abi.hpp:
+// dynamic_shared_bytes); with less, the kernels load directly. Note: on an H200 three buffers ran
+// faster than two for every parameter type (1024 x 256K AdamW: fp32 1.18 against 1.25 ms).
+enum : int { kTileStages = 3 };
+constexpr CUDARC_OPTIM_FN int tile_buffer_bytes(int element_bytes) {
+    return kTile8 * (2 * element_bytes + 2) + 2 * (kTile8 / kQuantBlock) * 4;
+}
+constexpr CUDARC_OPTIM_FN int tile_pipeline_bytes(int element_bytes) {
+    return kTileStages * tile_buffer_bytes(element_bytes);
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Float arithmetic with every rounding explicit.
 //
@@ -357,23 +371,28 @@ CUDARC_OPTIM_FN u8 nearest_code(const float* map, float x) {
 }
 
 // What the kernels' qmap1/qmap2 point to: a sorted map of 256 distinct codes and a table that finds
-// the nearest code with one shared-memory load and no loop or branch.
+// the nearest code with one shared-memory load, one addition and no loop or branch.
 //
 // The nearest code only grows with x. The search clamps x into [-map_limit(), map_limit()] (a NaN
-// becomes -map_limit(), whose code, 0, is the binary search's code of NaN) and buckets it by sign and
-// by the top 16 bits (exponent and 7 fraction bits) of its magnitude's encoding over [2^-24, 2);
-// smaller magnitudes count as 2^-24. Each bucket's word holds, in its top byte, the code of the
-// bucket's lowest x, `low`, and below it the key at which the code steps up to low + 1 (kMapNoStep:
-// it does not). The key is the low 16 bits of the magnitude's encoding, inverted for negative x so
-// that it grows with x. A bucket is narrower than the distance between any two steps of the dynamic
-// maps, so it holds at most one; build_map_image checks that, and the rest, for the map it is given.
+// becomes -map_limit(), whose code, 0, is the binary search's code of NaN) and turns it into a
+// search word: the encoding of its magnitude (magnitudes below 2^-24 count as 2^-24), inverted when
+// x is negative, so that the word grows with x within each sign. The word's top 16 bits (sign,
+// exponent and 7 fraction bits) pick a bucket and its low 16 bits are the key. A bucket's code steps
+// at most once: from `low`, the code of the bucket's lowest x, to low + 1 at key `step` (or never,
+// step = 0x10000). Its table entry is
+//     (low << 24) + 0x1000000 - step - (top 16 bits of the bucket's words << 16)      (mod 2^32)
+// so that word + entry = (low << 24) + 0x1000000 + key - step, whose top byte is low + (key >= step):
+// the code. A bucket (1/128 of a binade) is narrower than the distance between any two steps of the
+// dynamic maps; build_map_image checks that, and the rest, for the map it is given.
 // Note: the binary search (8 dependent loads), then a bucket table plus a short walk, then a table
-// plus a threshold array were in turn the 8-bit kernels' bottleneck.
+// plus a threshold array, then this table with a compare and a select, were in turn the 8-bit
+// kernels' bottleneck.
 enum : int { kMapBucketBase = 103 << 7, kMapBuckets = 25 << 7 };
 enum : unsigned { kMapNoStep = 0x10000u };
 struct QuantMapImage {
     float code[256];
-    unsigned bucket[2 * kMapBuckets];  // [0, kMapBuckets): x >= +0; then as many for x <= -0
+    // [0, kMapBuckets): x >= +0, magnitude growing; then as many for x <= -0, magnitude falling.
+    unsigned bucket[2 * kMapBuckets];
 };
 static_assert(sizeof(QuantMapImage) == 26624,
               "QuantMapImage layout changed: update src/optim/quantization.hpp");
@@ -387,40 +406,48 @@ CUDARC_OPTIM_FN float map_smallest() {
     return fp::from_bits(static_cast<unsigned>(kMapBucketBase) << 16);  // 2^-24
 }
 
-// The bucket index and key of a clamped value.
-CUDARC_OPTIM_FN unsigned map_index(float clamped) {
+// The search word of a value within the clamp (NaN excluded).
+CUDARC_OPTIM_FN unsigned search_word(float clamped) {
     const unsigned magnitude = fp::bits(fp::fmax(fp::abs(clamped), map_smallest()));
-    return (magnitude >> 16) - static_cast<unsigned>(kMapBucketBase) +
-           (fp::bits(clamped) >> 31) * kMapBuckets;
+    return magnitude ^ (0u - (fp::bits(clamped) >> 31));
 }
-CUDARC_OPTIM_FN unsigned map_key(float clamped) {
-    const unsigned magnitude = fp::bits(fp::fmax(fp::abs(clamped), map_smallest()));
-    return (magnitude & 0xffffu) ^ ((0u - (fp::bits(clamped) >> 31)) & 0xffffu);
+// A word's bucket: 0x3380 + b for magnitude bucket b of x >= +0, 0x4000 + ... for x <= -0 once the
+// sign bit (set in every negative word) is dropped.
+CUDARC_OPTIM_FN unsigned word_bucket(unsigned word) {
+    return ((word >> 16) & 0x7fffu) - static_cast<unsigned>(kMapBucketBase);
 }
-CUDARC_OPTIM_FN unsigned code_in_bucket(unsigned entry, unsigned key) {
-    return (entry >> 24) + (key >= (entry & 0x1ffffu) ? 1u : 0u);
+// The code of a search word, in the top byte of the result (the low bytes are left over).
+CUDARC_OPTIM_FN unsigned coded_word(const unsigned* buckets, unsigned word) {
+    return word + buckets[word_bucket(word)];
+}
+// The table entry of a bucket whose words have top bits `prefix`.
+CUDARC_OPTIM_FN unsigned bucket_entry(unsigned low, unsigned step, unsigned prefix) {
+    return (low << 24) + 0x1000000u - step - (prefix << 16);
 }
 
-// The code search over an image's bucket words (either sign). The code comes in an unsigned (< 256).
-CUDARC_OPTIM_FN unsigned code_of(const unsigned* buckets, float x) {
-    const float clamped = fp::fmin(fp::fmax(x, -map_limit()), map_limit());
-    return code_in_bucket(buckets[map_index(clamped)], map_key(clamped));
+// The code search over an image's bucket words (either sign), the code in the top byte.
+CUDARC_OPTIM_FN unsigned coded_word_of(const unsigned* buckets, float x) {
+    return coded_word(buckets, search_word(fp::fmin(fp::fmax(x, -map_limit()), map_limit())));
 }
-
 // The same for a map with no negative codes and code[0] == 0 (every x <= 0 and NaN get code 0):
 // the positive buckets alone, no sign. build_map_image says whether a map allows it.
-CUDARC_OPTIM_FN unsigned code_of_nonnegative(const unsigned* buckets, float x) {
-    const unsigned magnitude =
-        fp::bits(fp::fmin(fp::fmax(x, map_smallest()), map_limit()));  // NaN, x <= 0: 2^-24
-    return code_in_bucket(buckets[(magnitude >> 16) - static_cast<unsigned>(kMapBucketBase)],
-                          magnitude & 0xffffu);
+CUDARC_OPTIM_FN unsigned coded_word_of_nonnegative(const unsigned* buckets, float x) {
+    return coded_word(buckets,
+                      fp::bits(fp::fmin(fp::fmax(x, map_smallest()), map_limit())));  // NaN, x <= 0: 2^-24
+}
+// The same two without the upper clamp, for x known to be finite with |x| <= map_limit().
+CUDARC_OPTIM_FN unsigned coded_word_within(const unsigned* buckets, float x) {
+    return coded_word(buckets, search_word(x));
+}
+CUDARC_OPTIM_FN unsigned coded_word_within_nonnegative(const unsigned* buckets, float x) {
+    return coded_word(buckets, fp::bits(fp::fmax(x, map_smallest())));
 }
 
 CUDARC_OPTIM_FN u8 nearest_code(const QuantMapImage& image, float x) {
-    return static_cast<u8>(code_of(image.bucket, x));
+    return static_cast<u8>(coded_word_of(image.bucket, x) >> 24);
 }
 CUDARC_OPTIM_FN u8 nearest_code_nonnegative(const QuantMapImage& image, float x) {
-    return static_cast<u8>(code_of_nonnegative(image.bucket, x));
+    return static_cast<u8>(coded_word_of_nonnegative(image.bucket, x) >> 24);
 }
 
 // Floats in the order of their values (-0 just below +0), as unsigned keys, and back.
@@ -447,26 +474,29 @@ CUDARC_OPTIM_FN float first_float_above_code(const float* map, int k) {
     return float_from_order_key(hi);
 }
 
-// The bucket word for clamped values [lowest, highest] (one bucket of one sign), or false when the
-// code steps more than once there, or steps between two values of the same key.
-CUDARC_OPTIM_FN bool bucket_word(const float* map, float lowest, float highest, unsigned& word) {
+// The table entry for the clamped values [lowest, highest] (one bucket, whose search words have top
+// bits `prefix`), or false when the code steps more than once there, or steps between two values of
+// the same key.
+CUDARC_OPTIM_FN bool bucket_entry_of(const float* map, float lowest, float highest, unsigned prefix,
+                                     unsigned& entry) {
     const int low = nearest_code(map, lowest);
     const int high = nearest_code(map, highest);
     if (high == low) {
-        word = (static_cast<unsigned>(low) << 24) | kMapNoStep;
+        entry = bucket_entry(static_cast<unsigned>(low), kMapNoStep, prefix);
         return true;
     }
     if (high != low + 1) return false;
     const float step = first_float_above_code(map, low);
     const float before = float_from_order_key(float_order_key(step) - 1u);
-    if (!(map_key(before) < map_key(step))) return false;
-    word = (static_cast<unsigned>(low) << 24) | map_key(step);
+    const unsigned step_key = search_word(step) & 0xffffu;
+    if (!((search_word(before) & 0xffffu) < step_key)) return false;
+    entry = bucket_entry(static_cast<unsigned>(low), step_key, prefix);
     return true;
 }
 
 // Fills `image` from a sorted map (on the host, once per map). Returns false when the map does not
 // fit the search: codes that are not distinct and increasing, beyond the clamp, or two steps in one
-// bucket. Sets `nonnegative_search` when code_of_nonnegative serves the map too.
+// bucket. Sets `nonnegative_search` when coded_word_of_nonnegative serves the map too.
 CUDARC_OPTIM_FN bool build_map_image(const float* map, QuantMapImage& image, bool& nonnegative_search) {
     for (int i = 0; i < 255; ++i) {
         if (!(map[i] < map[i + 1])) return false;
@@ -476,11 +506,13 @@ CUDARC_OPTIM_FN bool build_map_image(const float* map, QuantMapImage& image, boo
     for (int i = 0; i < 256; ++i) image.code[i] = map[i];
     for (int b = 0; b < kMapBuckets; ++b) {
         // Magnitudes [low_magnitude, high_magnitude]; the first bucket also holds everything below.
-        const unsigned start = static_cast<unsigned>(b + kMapBucketBase) << 16;
-        const float low_magnitude = b == 0 ? 0.0f : fp::from_bits(start);
-        const float high_magnitude = b == kMapBuckets - 1 ? limit : fp::from_bits(start + 0xffffu);
-        if (!bucket_word(map, low_magnitude, high_magnitude, image.bucket[b])) return false;
-        if (!bucket_word(map, -high_magnitude, -low_magnitude, image.bucket[kMapBuckets + b])) return false;
+        const unsigned prefix = static_cast<unsigned>(b + kMapBucketBase);
+        const float low_magnitude = b == 0 ? 0.0f : fp::from_bits(prefix << 16);
+        const float high_magnitude = b == kMapBuckets - 1 ? limit : fp::from_bits((prefix << 16) | 0xffffu);
+        if (!bucket_entry_of(map, low_magnitude, high_magnitude, prefix, image.bucket[b])) return false;
+        if (!bucket_entry_of(map, -high_magnitude, -low_magnitude, 0xffffu - prefix,
+                             image.bucket[2 * kMapBuckets - 1 - b]))
+            return false;
     }
     nonnegative_search = map[0] == 0.0f;
     return true;

@@ -10,6 +10,13 @@
 
 #include "optim_common.cuh"
 
+// sm_90 and later copy 8-bit tiles into shared memory ahead of use ("Tiles through shared memory").
+#if (defined(__CUDACC_RTC__) || defined(__CUDACC__)) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define CUDARC_OPTIM_TILE_COPIES 1
+#else
+#define CUDARC_OPTIM_TILE_COPIES 0
+#endif
+
 // A butterfly over 32 lanes. Note: __shfl_xor_sync is CUDA's; HIP's __shfl_xor takes a width, and
 // 32 keeps the groups the same on AMD's 64-wide wavefronts.
 #if defined(__HIPCC_RTC__) || defined(__HIP__)
@@ -30,6 +37,17 @@ struct alignas(16) Vec4u {
 struct alignas(8) Vec2u {
     unsigned x, y;
 };
+
+// Tells the compiler that the arrays an 8-bit tile touches lie in global memory, so that it emits
+// global loads and stores rather than generic ones (which must first find the address's space).
+__device__ __forceinline__ void assume_global_arrays(const OptimTensor& t, bool with1, bool with2) {
+#if defined(__CUDACC_RTC__) || defined(__CUDACC__)
+    __builtin_assume(__isGlobal(t.param));
+    __builtin_assume(__isGlobal(t.grad));
+    if (with1) __builtin_assume(__isGlobal(t.state1) && __isGlobal(t.absmax1));
+    if (with2) __builtin_assume(__isGlobal(t.state2) && __isGlobal(t.absmax2));
+#endif
+}
 
 __device__ __forceinline__ bool aligned_to(const void* pointer, unsigned long long bytes) {
     return (reinterpret_cast<unsigned long long>(pointer) & (bytes - 1ull)) == 0;
@@ -89,6 +107,33 @@ __device__ __forceinline__ void store_vec8(u16* p, const u16 (&in)[8]) {
 __device__ __forceinline__ float group_max(float value) {
     for (int mask = 16; mask > 0; mask >>= 1) value = fp::fmax(value, CUDARC_OPTIM_SHFL_XOR(value, mask));
     return value;
+}
+
+// Peaks: maxima of magnitudes that are NaN as soon as one magnitude is. peak(acc, x) folds |x| into
+// a peak; group_peak is the peak over a group's 32 lanes. Without NaN, a peak is the maxNum of the
+// magnitudes. Note: magnitudes order like their encodings, so the group peak is one integer max
+// (redux.sync, sm_80 and later; NaN encodings are above infinity's once the sign is clear).
+__device__ __forceinline__ float peak(float acc, float x) {
+#if (defined(__CUDACC_RTC__) || defined(__CUDACC__)) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float r;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(acc), "f"(fp::abs(x)));
+    return r;
+#else
+    return fp::from_bits(fp::bits(acc) > (fp::bits(x) & 0x7fffffffu) ? fp::bits(acc)
+                                                                     : (fp::bits(x) & 0x7fffffffu));
+#endif
+}
+__device__ __forceinline__ float group_peak(float value) {
+    unsigned bits = fp::bits(value);
+#if (defined(__CUDACC_RTC__) || defined(__CUDACC__)) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm("redux.sync.max.u32 %0, %0, 0xffffffff;" : "+r"(bits));
+#else
+    for (int mask = 16; mask > 0; mask >>= 1) {
+        const unsigned other = static_cast<unsigned>(CUDARC_OPTIM_SHFL_XOR(static_cast<int>(bits), mask));
+        bits = other > bits ? other : bits;
+    }
+#endif
+    return fp::from_bits(bits);
 }
 
 // Sum over the block, in an order fixed by thread index alone (so the result is reproducible
@@ -240,10 +285,21 @@ __device__ __forceinline__ unsigned code_byte(const Vec2u& codes, int j) {
     return ((j < 4 ? codes.x : codes.y) >> (8 * (j & 3))) & 0xffu;
 }
 
-// Four codes (each in the low byte of a word) packed into one word, first code lowest.
+// Four codes (each in the top byte of a word, as coded_word leaves them) packed into one word, first
+// code lowest.
 __device__ __forceinline__ unsigned pack_codes(unsigned c0, unsigned c1, unsigned c2, unsigned c3) {
-    return __byte_perm(__byte_perm(c0, c1, 0x0040u), __byte_perm(c2, c3, 0x0040u), 0x5410u);
+    return __byte_perm(__byte_perm(c0, c1, 0x0073u), __byte_perm(c2, c3, 0x0073u), 0x5410u);
 }
+
+// A block's share of one tensor: tiles first, first + stride, ... below end, with elements limited
+// to [0, limit) (a chunk ends before the tensor may). Empty when first >= end.
+struct TileRun {
+    OptimTensor t;
+    i64 first;
+    i64 end;
+    i64 stride;
+    i64 limit;
+};
 
 // Shared memory for one block: reduction scratch and, for 8-bit state, the parts of the two map
 // images the search reads (state 2 is always a second moment, with an unsigned map: the positive
@@ -255,16 +311,51 @@ struct alignas(16) BlockShared {
     float code2[256];
     unsigned bucket1[2 * kMapBuckets];
     unsigned bucket2[kMapBuckets];
+    // The tile pipeline's barriers (sm_90 and later).
+    unsigned long long full[kTileStages];
+    unsigned long long empty[kTileStages];
 };
 template <>
 struct alignas(16) BlockShared<false> {
     float scratch[kThreads / 32];
 };
 
-template <int A, int kState>
+// The code of value * inverse, in the top byte. kWithin: the block's state values are all finite
+// and `inverse` is too, so |value * inverse| <= 1 + 2^-22 and the search needs no upper clamp.
+template <int A, int kState, bool kWithin>
 __device__ __forceinline__ unsigned quantize_8bit(const unsigned* buckets, float value, float inverse) {
     const float x = fp::mul(value, inverse);
-    return uses_unsigned_map(A, kState) ? code_of_nonnegative(buckets, x) : code_of(buckets, x);
+    if (uses_unsigned_map(A, kState)) {
+        return kWithin ? coded_word_within_nonnegative(buckets, x) : coded_word_of_nonnegative(buckets, x);
+    }
+    return kWithin ? coded_word_within(buckets, x) : coded_word_of(buckets, x);
+}
+
+// The 8 codes of one state in one thread's slice, in the top bytes of q.
+template <int A, int kState>
+__device__ __forceinline__ void quantize_slice(const unsigned* buckets, const float (&values)[8],
+                                               float inverse, bool within, unsigned (&q)[8]) {
+    if (within) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) q[j] = quantize_8bit<A, kState, true>(buckets, values[j], inverse);
+    } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) q[j] = quantize_8bit<A, kState, false>(buckets, values[j], inverse);
+    }
+}
+
+// A quantization block's absmax from its group peak: the peak itself when the block's state values
+// are all finite (`finite`, the common case), else the maxNum over the magnitudes (NaN skipped).
+__device__ __forceinline__ void block_absmax(const float (&values)[8], float group_peak_value, float& absmax,
+                                             bool& finite) {
+    finite = fp::is_finite(group_peak_value);
+    absmax = group_peak_value;
+    if (!finite) {
+        float m = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) m = fp::fmax(m, fp::abs(values[j]));
+        absmax = group_max(m);
+    }
 }
 
 // One thread's slice of an 8-bit tile as read from memory: 8 parameters and gradients, 8 codes of
@@ -350,8 +441,8 @@ __device__ __forceinline__ float tile_8bit(const OptimTensor& t, const OptimPara
     }
     float s1[8];
     float s2[8];
-    float max1 = 0.0f;
-    float max2 = 0.0f;
+    float peak1 = 0.0f;
+    float peak2 = 0.0f;
     float norm_squared = 0.0f;
     if (is_loaded && probe == 0.0f) {
         // The common case: 8 finite gradients, vector stores.
@@ -369,8 +460,8 @@ __device__ __forceinline__ float tile_8bit(const OptimTensor& t, const OptimPara
             } else {
                 p_new[j] = apply_update_8bit<A>(hp, p, update, scale);
             }
-            max1 = fp::fmax(max1, fp::abs(s1[j]));
-            max2 = fp::fmax(max2, fp::abs(s2[j]));
+            peak1 = peak(peak1, s1[j]);
+            peak2 = peak(peak2, s2[j]);
         }
         if (!kNormPass) ParamStore8<D>::store(param, p_new);
     } else {
@@ -394,24 +485,25 @@ __device__ __forceinline__ float tile_8bit(const OptimTensor& t, const OptimPara
             } else {
                 saw_nonfinite = true;
             }
-            max1 = fp::fmax(max1, fp::abs(s1[j]));
-            max2 = fp::fmax(max2, fp::abs(s2[j]));
+            peak1 = peak(peak1, s1[j]);
+            peak2 = peak(peak2, s2[j]);
         }
     }
     if (kNormPass) return norm_squared;
 
     // Every lane of the group takes part, also those past the end (they contribute 0).
-    const float absmax1 = with1 ? group_max(max1) : 0.0f;
-    const float absmax2 = with2 ? group_max(max2) : 0.0f;
+    float absmax1 = 0.0f;
+    float absmax2 = 0.0f;
+    bool within1 = false;
+    bool within2 = false;
+    if (with1) block_absmax(s1, group_peak(peak1), absmax1, within1);
+    if (with2) block_absmax(s2, group_peak(peak2), absmax2, within2);
     const float inv1 = inverse_absmax(absmax1);
     const float inv2 = inverse_absmax(absmax2);
-    unsigned q1[8];
-    unsigned q2[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-        q1[j] = with1 ? quantize_8bit<A, 1>(maps.bucket1, s1[j], inv1) : 0u;
-        q2[j] = with2 ? quantize_8bit<A, 2>(maps.bucket2, s2[j], inv2) : 0u;
-    }
+    unsigned q1[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
+    unsigned q2[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
+    if (with1) quantize_slice<A, 1>(maps.bucket1, s1, inv1, within1 && fp::is_finite(inv1), q1);
+    if (with2) quantize_slice<A, 2>(maps.bucket2, s2, inv2, within2 && fp::is_finite(inv2), q2);
     if (is_loaded) {
         if (with1) {
             *reinterpret_cast<Vec2u*>(codes1) =
@@ -425,8 +517,8 @@ __device__ __forceinline__ float tile_8bit(const OptimTensor& t, const OptimPara
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
             if (j >= count) continue;
-            if (with1) codes1[j] = static_cast<u8>(q1[j]);
-            if (with2) codes2[j] = static_cast<u8>(q2[j]);
+            if (with1) codes1[j] = static_cast<u8>(q1[j] >> 24);
+            if (with2) codes2[j] = static_cast<u8>(q2[j] >> 24);
         }
     }
     if (count > 0 && (threadIdx.x & 31u) == 0) {
@@ -461,17 +553,16 @@ __device__ __forceinline__ void slice_place(i64 tile, i64 limit, i64& first, int
     count = first >= end ? 0 : (end - first >= kPerThread ? kPerThread : static_cast<int>(end - first));
 }
 
-// Processes tiles first_tile, first_tile + stride, ... below end_tile, with elements limited to
-// [0, limit). In the norm pass, writes each tile's partial sum to t.unorm[1 + tile].
+// Processes a run's tiles. In the norm pass, writes each tile's partial sum to t.unorm[1 + tile].
 template <int A, class D, bool kNormPass>
-__device__ __forceinline__ bool run_tiles_32bit(const OptimTensor& t, const OptimParams& hp, i64 first_tile,
-                                                i64 end_tile, i64 stride, i64 limit, float* scratch) {
+__device__ __forceinline__ bool run_tiles_32bit(const TileRun& run, const OptimParams& hp, float* scratch) {
+    const OptimTensor& t = run.t;
     const bool vector_ok = vector_path_ok<A, D, 4>(t, hp, 4);
     const float scale = kNormPass ? 1.0f : tensor_update_scale(t, hp);
     bool saw_nonfinite = false;
-    for (i64 tile = first_tile; tile < end_tile; tile += stride) {
+    for (i64 tile = run.first; tile < run.end; tile += run.stride) {
         const i64 begin = tile * kTile32;
-        const i64 end = begin + kTile32 < limit ? begin + kTile32 : limit;
+        const i64 end = begin + kTile32 < run.limit ? begin + kTile32 : run.limit;
         float partial = tile_32bit<A, D, kNormPass>(t, hp, begin, end, scale, vector_ok, saw_nonfinite);
         if (kNormPass) {
             partial = block_sum(partial, scratch);
@@ -481,23 +572,212 @@ __device__ __forceinline__ bool run_tiles_32bit(const OptimTensor& t, const Opti
     return saw_nonfinite;
 }
 
+// --- Tiles through shared memory (8-bit state, sm_90 and later) ---
+//
+// Loading its own slices, each warp has one slice in flight and waits for it before each one: too
+// few bytes in flight to cover memory latency (on an H200 the warps stalled on loads over half the
+// time with memory at half its bandwidth; L2 prefetches and more resident warps did not help). Here
+// thread 0 has the tensor memory accelerator copy the tiles `stages` ahead into shared buffers while
+// the block computes: an mbarrier per buffer (`full`) says when a tile has landed, every thread then
+// reads its part into registers and arrives on the buffer's `empty` barrier, and thread 0 reuses the
+// buffer once all have. Tiles the copies cannot serve (a partial tile, arrays not 16-byte aligned)
+// are loaded directly; either way the tile routine gets the same values. A run's pipeline starts
+// with the run and drains by its end.
+
+// The pipeline's barrier phases: bit s of `full` is the parity of buffer s's next landing (every
+// thread); bits of `empty` and `pending` are thread 0's: the parity of buffer s's next release, and
+// whether a copy into buffer s awaits its release.
+struct TilePipe {
+    bool on;  // the launch gave the buffers
+    unsigned full;
+    unsigned empty;
+    unsigned pending;
+};
+
+#if CUDARC_OPTIM_TILE_COPIES
+extern __shared__ __align__(128) unsigned char cudarc_optim_tile_buffers[];
+
+__device__ __forceinline__ unsigned shared_address(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void wait_barrier(const unsigned long long* barrier, unsigned parity) {
+    unsigned landed;
+    do {
+        asm volatile(
+            "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, "
+            "0, p;\n\t}"
+            : "=r"(landed)
+            : "r"(shared_address(barrier)), "r"(parity)
+            : "memory");
+    } while (landed == 0);
+}
+__device__ __forceinline__ void bulk_copy(unsigned char* to, const void* from, unsigned bytes,
+                                          unsigned long long* barrier) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+            shared_address(to)),
+        "l"(__cvta_generic_to_global(from)), "r"(bytes), "r"(shared_address(barrier))
+        : "memory");
+}
+#endif
+
+// Sets up the pipeline when the launch gave its dynamic shared memory (thread 0 initializes the
+// barriers; the caller's __syncthreads publishes them).
+template <class D>
+__device__ __forceinline__ TilePipe start_tile_pipe(BlockShared<true>& shared) {
+    TilePipe pipe = {false, 0u, 0u, 0u};
+#if CUDARC_OPTIM_TILE_COPIES
+    unsigned dynamic_bytes;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_bytes));
+    if (dynamic_bytes <
+        static_cast<unsigned>(tile_pipeline_bytes(static_cast<int>(sizeof(typename D::Storage)))))
+        return pipe;
+    pipe.on = true;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < kTileStages; ++s) {
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(&shared.full[s]))
+                         : "memory");
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(&shared.empty[s])),
+                         "r"(kThreads)
+                         : "memory");
+        }
+        // The initialized barriers are visible to the copy engine (the async proxy) before any copy.
+        asm volatile("fence.mbarrier_init.release.cluster;\n\tfence.proxy.async.shared::cta;" ::: "memory");
+    }
+#endif
+    return pipe;
+}
+
+// Whether the copies can serve a tensor (its arrays are 16-byte aligned), and then tile `index` of a
+// run (a whole tile).
+template <int A>
+__device__ __forceinline__ bool copies_fit(const OptimTensor& t, const OptimParams& hp) {
+    unsigned long long misaligned =
+        reinterpret_cast<unsigned long long>(t.param) | reinterpret_cast<unsigned long long>(t.grad);
+    if (uses_state1(A, hp))
+        misaligned |=
+            reinterpret_cast<unsigned long long>(t.state1) | reinterpret_cast<unsigned long long>(t.absmax1);
+    if (uses_state2(A))
+        misaligned |=
+            reinterpret_cast<unsigned long long>(t.state2) | reinterpret_cast<unsigned long long>(t.absmax2);
+    return (misaligned & 15ull) == 0;
+}
+__device__ __forceinline__ bool tile_copied(const TileRun& run, bool fits, i64 index) {
+    const i64 tile = run.first + index * run.stride;
+    return fits && tile < run.end && (tile + 1) * kTile8 <= run.limit;
+}
+
+// Thread 0: copies tile `index` of the run into buffer `stage`, once the buffer's last tile is taken.
+template <int A, class D>
+__device__ __forceinline__ void issue_tile(TilePipe& pipe, BlockShared<true>& shared, unsigned stage,
+                                           const TileRun& run, i64 index, const OptimParams& hp) {
+#if CUDARC_OPTIM_TILE_COPIES
+    typedef typename D::Storage S;
+    if ((pipe.pending >> stage) & 1u) {
+        wait_barrier(&shared.empty[stage], (pipe.empty >> stage) & 1u);
+        pipe.empty ^= 1u << stage;
+    }
+    pipe.pending |= 1u << stage;
+    const bool with1 = uses_state1(A, hp);
+    const bool with2 = uses_state2(A);
+    const i64 tile = run.first + index * run.stride;
+    const i64 begin = tile * kTile8;
+    const unsigned data = kTile8 * static_cast<unsigned>(sizeof(S));
+    const unsigned absmax_bytes = (kTile8 / kQuantBlock) * 4u;
+    const unsigned bytes =
+        2u * data + (with1 ? kTile8 + absmax_bytes : 0u) + (with2 ? kTile8 + absmax_bytes : 0u);
+    unsigned char* buffer = cudarc_optim_tile_buffers +
+                            stage * static_cast<unsigned>(tile_buffer_bytes(static_cast<int>(sizeof(S))));
+    unsigned long long* full = &shared.full[stage];
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(full)),
+                 "r"(bytes)
+                 : "memory");
+    bulk_copy(buffer, static_cast<const S*>(run.t.param) + begin, data, full);
+    bulk_copy(buffer + data, static_cast<const S*>(run.t.grad) + begin, data, full);
+    unsigned char* states = buffer + 2u * data;
+    unsigned char* absmax = states + 2u * kTile8;
+    if (with1) {
+        bulk_copy(states, static_cast<const u8*>(run.t.state1) + begin, kTile8, full);
+        bulk_copy(absmax, run.t.absmax1 + tile * (kTile8 / kQuantBlock), absmax_bytes, full);
+    }
+    if (with2) {
+        bulk_copy(states + kTile8, static_cast<const u8*>(run.t.state2) + begin, kTile8, full);
+        bulk_copy(absmax + absmax_bytes, run.t.absmax2 + tile * (kTile8 / kQuantBlock), absmax_bytes, full);
+    }
+#endif
+}
+
+// Every thread: waits for buffer `stage`, reads its slice of the tile, and releases the buffer.
+template <int A, class D>
+__device__ __forceinline__ void take_tile(TilePipe& pipe, BlockShared<true>& shared, unsigned stage,
+                                          const OptimParams& hp, Slice8<D>& slice) {
+#if CUDARC_OPTIM_TILE_COPIES
+    typedef typename D::Storage S;
+    wait_barrier(&shared.full[stage], (pipe.full >> stage) & 1u);
+    pipe.full ^= 1u << stage;
+    const unsigned char* buffer =
+        cudarc_optim_tile_buffers +
+        stage * static_cast<unsigned>(tile_buffer_bytes(static_cast<int>(sizeof(S))));
+    const unsigned data = kTile8 * static_cast<unsigned>(sizeof(S));
+    const unsigned char* states = buffer + 2u * data;
+    const float* absmax = reinterpret_cast<const float*>(states + 2u * kTile8);
+    const unsigned warp = threadIdx.x >> 5;
+    load_vec8(reinterpret_cast<const S*>(buffer) + 8 * threadIdx.x, slice.param);
+    load_vec8(reinterpret_cast<const S*>(buffer + data) + 8 * threadIdx.x, slice.grad);
+    slice.codes1 = Vec2u{0u, 0u};
+    slice.codes2 = Vec2u{0u, 0u};
+    slice.absmax1 = 0.0f;
+    slice.absmax2 = 0.0f;
+    if (uses_state1(A, hp)) {
+        slice.codes1 = reinterpret_cast<const Vec2u*>(states)[threadIdx.x];
+        slice.absmax1 = absmax[warp];
+    }
+    if (uses_state2(A)) {
+        slice.codes2 = reinterpret_cast<const Vec2u*>(states + kTile8)[threadIdx.x];
+        slice.absmax2 = absmax[kTile8 / kQuantBlock + warp];
+    }
+    // The reads (generic proxy) are done before thread 0's next copies (async proxy) write here.
+    asm volatile("fence.proxy.async.shared::cta;\n\tmbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(
+                     shared_address(&shared.empty[stage]))
+                 : "memory");
+#endif
+}
+
 // The same for 8-bit state.
-// Note: reading the next tile ahead (all of it or its parameters and gradients into registers, or all
-// of it into shared memory with cp.async) measured no faster on an H200: registers spilled, occupancy
-// fell, or the copies' shared-memory traffic took the place of the latency they hid.
 template <int A, class D, bool kNormPass>
-__device__ __forceinline__ bool run_tiles_8bit(const OptimTensor& t, const OptimParams& hp, i64 first_tile,
-                                               i64 end_tile, i64 stride, i64 limit, BlockShared<true>& maps) {
-    if (first_tile >= end_tile) return false;
+__device__ __forceinline__ bool run_tiles_8bit(const TileRun& run, const OptimParams& hp,
+                                               BlockShared<true>& maps, TilePipe& pipe) {
+    if (run.first >= run.end) return false;
+    const OptimTensor& t = run.t;
+    assume_global_arrays(t, uses_state1(A, hp), uses_state2(A));
     const bool vector_ok = vector_path_ok<A, D, 8>(t, hp, 1);
     const float scale = kNormPass ? 1.0f : tensor_update_scale(t, hp);
+    constexpr int kStages = kTileStages;
+    const bool fits = pipe.on && copies_fit<A>(t, hp);
+    if (threadIdx.x == 0) {
+        for (int k = 0; k < kStages; ++k) {
+            if (tile_copied(run, fits, k)) issue_tile<A, D>(pipe, maps, static_cast<unsigned>(k), run, k, hp);
+        }
+    }
     bool saw_nonfinite = false;
-    for (i64 tile = first_tile; tile < end_tile; tile += stride) {
+    i64 index = 0;
+    for (i64 tile = run.first; tile < run.end; tile += run.stride, ++index) {
         i64 first;
         int count;
-        slice_place<kTile8, 8>(tile, limit, first, count);
+        slice_place<kTile8, 8>(tile, run.limit, first, count);
         Slice8<D> current;
-        const bool current_loaded = load_slice8<A, D>(t, hp, first, count, vector_ok, current);
+        bool current_loaded;
+        const unsigned stage = static_cast<unsigned>(index % kStages);
+        if (tile_copied(run, fits, index)) {
+            take_tile<A, D>(pipe, maps, stage, hp, current);
+            current_loaded = true;
+            // The buffer goes to the tile kStages ahead.
+            if (threadIdx.x == 0 && tile_copied(run, fits, index + kStages)) {
+                issue_tile<A, D>(pipe, maps, stage, run, index + kStages, hp);
+            }
+        } else {
+            current_loaded = load_slice8<A, D>(t, hp, first, count, vector_ok, current);
+        }
         float partial = tile_8bit<A, D, kNormPass>(t, hp, first, count, current, current_loaded, scale, maps,
                                                    saw_nonfinite);
         if (kNormPass) {
@@ -510,23 +790,22 @@ __device__ __forceinline__ bool run_tiles_8bit(const OptimTensor& t, const Optim
 
 // The tile loop of the state format whose shared memory is given.
 template <int A, class D, bool kNormPass>
-__device__ __forceinline__ bool run_tiles_in(BlockShared<true>& shared, const OptimTensor& t,
-                                             const OptimParams& hp, i64 first_tile, i64 end_tile, i64 stride,
-                                             i64 limit) {
-    return run_tiles_8bit<A, D, kNormPass>(t, hp, first_tile, end_tile, stride, limit, shared);
+__device__ __forceinline__ bool run_tiles(BlockShared<true>& shared, const TileRun& run,
+                                          const OptimParams& hp, TilePipe& pipe) {
+    return run_tiles_8bit<A, D, kNormPass>(run, hp, shared, pipe);
 }
 template <int A, class D, bool kNormPass>
-__device__ __forceinline__ bool run_tiles_in(BlockShared<false>& shared, const OptimTensor& t,
-                                             const OptimParams& hp, i64 first_tile, i64 end_tile, i64 stride,
-                                             i64 limit) {
-    return run_tiles_32bit<A, D, kNormPass>(t, hp, first_tile, end_tile, stride, limit, shared.scratch);
+__device__ __forceinline__ bool run_tiles(BlockShared<false>& shared, const TileRun& run,
+                                          const OptimParams& hp, TilePipe&) {
+    return run_tiles_32bit<A, D, kNormPass>(run, hp, shared.scratch);
 }
 
-template <int A, class D, bool kEightBit, bool kNormPass>
-__device__ __forceinline__ bool run_tiles(const OptimTensor& t, const OptimParams& hp, i64 first_tile,
-                                          i64 end_tile, i64 stride, i64 limit,
-                                          BlockShared<kEightBit>& shared) {
-    return run_tiles_in<A, D, kNormPass>(shared, t, hp, first_tile, end_tile, stride, limit);
+// The tile pipeline of the 8-bit update pass (off elsewhere).
+template <class D, bool kEightBit, bool kNormPass>
+__device__ __forceinline__ TilePipe begin_tiles(BlockShared<kEightBit>& shared) {
+    TilePipe pipe = {false, 0u, 0u, 0u};
+    if constexpr (kEightBit && !kNormPass) pipe = start_tile_pipe<D>(shared);
+    return pipe;
 }
 
 // Copies `words` 4-byte words (a multiple of 4, both ends 16-byte aligned) into shared memory.
@@ -560,16 +839,27 @@ __device__ __forceinline__ void tensor_kernel(const OptimTensor& t, const OptimP
                                               int* nonfinite_flag, unsigned* blocks_done) {
     __shared__ BlockShared<kEightBit> shared;
     if (kNormPass && (t.unorm == 0 || blocks_done == 0)) return;
-    stage_maps<A>(shared, hp, qmap1, qmap2);
+    TilePipe pipe = begin_tiles<D, kEightBit, kNormPass>(shared);
+    stage_maps<A>(shared, hp, qmap1, qmap2);  // (its __syncthreads also publishes the pipeline's barriers)
     const int kTile = kEightBit ? kTile8 : kTile32;
-    const i64 tiles = (t.numel + kTile - 1) / kTile;
-    const bool saw_nonfinite =
-        run_tiles<A, D, kEightBit, kNormPass>(t, hp, blockIdx.x, tiles, gridDim.x, t.numel, shared);
+    const TileRun run = {t, blockIdx.x, (t.numel + kTile - 1) / kTile, gridDim.x, t.numel};
+    const bool saw_nonfinite = run_tiles<A, D, kNormPass>(shared, run, hp, pipe);
     if (kNormPass) {
         finish_update_norms<kTile>(&t, 1, blocks_done, shared.scratch);
     } else if (saw_nonfinite && nonfinite_flag != 0) {
         *nonfinite_flag = 1;
     }
+}
+
+// Chunk c's tiles, or an empty run past the last chunk.
+template <int kTile>
+__device__ __forceinline__ TileRun chunk_run(const OptimTensor* tensors, const OptimChunk* chunks, int c,
+                                             int num_chunks) {
+    if (c >= num_chunks) return TileRun{OptimTensor{}, 0, 0, 1, 0};
+    const OptimChunk chunk = chunks[c];
+    const OptimTensor t = tensors[chunk.tensor];
+    const i64 chunk_end = chunk.offset + chunk.count < t.numel ? chunk.offset + chunk.count : t.numel;
+    return TileRun{t, chunk.offset / kTile, (chunk_end + kTile - 1) / kTile, 1, chunk_end};
 }
 
 // Block b processes chunks b, b + gridDim.x, ... (8-bit launches use one wave of blocks, so each
@@ -581,18 +871,14 @@ __device__ __forceinline__ void multi_tensor_kernel(const OptimTensor* tensors, 
                                                     int* nonfinite_flag, unsigned* blocks_done) {
     __shared__ BlockShared<kEightBit> shared;
     if (kNormPass && blocks_done == 0) return;
-    stage_maps<A>(shared, hp, qmap1, qmap2);
+    TilePipe pipe = begin_tiles<D, kEightBit, kNormPass>(shared);
+    stage_maps<A>(shared, hp, qmap1, qmap2);  // (its __syncthreads also publishes the pipeline's barriers)
     const int kTile = kEightBit ? kTile8 : kTile32;
     bool saw_nonfinite = false;
     for (int c = static_cast<int>(blockIdx.x); c < num_chunks; c += static_cast<int>(gridDim.x)) {
-        const OptimChunk chunk = chunks[c];
-        const OptimTensor t = tensors[chunk.tensor];
-        const i64 chunk_end = chunk.offset + chunk.count < t.numel ? chunk.offset + chunk.count : t.numel;
-        if (!kNormPass || t.unorm != 0) {
-            saw_nonfinite =
-                run_tiles<A, D, kEightBit, kNormPass>(
-                    t, hp, chunk.offset / kTile, (chunk_end + kTile - 1) / kTile, 1, chunk_end, shared) ||
-                saw_nonfinite;
+        const TileRun run = chunk_run<kTile>(tensors, chunks, c, num_chunks);
+        if (!kNormPass || run.t.unorm != 0) {
+            saw_nonfinite = run_tiles<A, D, kNormPass>(shared, run, hp, pipe) || saw_nonfinite;
         }
     }
     if (kNormPass) {
@@ -605,11 +891,17 @@ __device__ __forceinline__ void multi_tensor_kernel(const OptimTensor* tensors, 
 }  // namespace cudarc_optim
 
 // Defines the four kernels of one (algorithm, dtype, state) triple; see kernel_abi.hpp for the names.
-// Note: the 8-bit kernels are bound by instruction issue, shared-memory lookups and memory latency
-// together; capped at 80 registers (3 blocks of 256 threads per SM) they ran fastest on an H200 (at
-// 64 registers, 4 blocks, they spill). On HIP the second __launch_bounds__ argument counts waves per
-// SIMD, where 3 asks about the same.
+// Note: on an H200 the 8-bit kernels ran fastest with their tile copies at 2 blocks of 256 threads per
+// SM (up to 128 registers; at 3 blocks and 80 registers the multi-tensor kernels spilled, and holding
+// their run in shared memory instead cost more than the third block gained). Without the copies (HIP,
+// before sm_90) they keep the 3 blocks that ran fastest before them (at 4 blocks, 64 registers, they
+// spill). On HIP the second __launch_bounds__ argument counts waves per SIMD, where 3 asks about the
+// same.
+#if CUDARC_OPTIM_TILE_COPIES
+#define CUDARC_OPTIM_MIN_BLOCKS(EIGHT_BIT) ((EIGHT_BIT) ? 2 : 1)
+#else
 #define CUDARC_OPTIM_MIN_BLOCKS(EIGHT_BIT) ((EIGHT_BIT) ? 3 : 1)
+#endif
 #define CUDARC_OPTIM_TENSOR_KERNEL(NAME, ALGO_ENUM, DTYPE_TAG, EIGHT_BIT, NORM_PASS)                         \
     extern "C" __global__ void __launch_bounds__(256, CUDARC_OPTIM_MIN_BLOCKS(EIGHT_BIT))                    \
         NAME(cudarc_optim::OptimTensor tensor, cudarc_optim::OptimParams params,                             \

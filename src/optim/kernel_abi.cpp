@@ -206,6 +206,12 @@ std::int64_t grid_cap(StateFormat format, int multiprocessors, int resident_per_
 
 }  // namespace
 
+std::size_t dynamic_shared_bytes(StateFormat format, DType dtype, int major) noexcept {
+    if (format != StateFormat::blockwise8 || major < 9) return 0;
+    return static_cast<std::size_t>(
+        cudarc_optim::tile_pipeline_bytes(static_cast<int>(element_bytes(dtype))));
+}
+
 unsigned recommended_grid(std::int64_t numel, StateFormat format, int multiprocessors,
                           int resident_per_multiprocessor) {
     const std::int64_t tiles = std::max<std::int64_t>(1, tile_count(numel, format));

@@ -10,8 +10,9 @@
 // Parameter lists (the same for both passes of a layout):
 //     tensor: (TensorDesc tensor, KernelParams params, const void* qmap1, const void* qmap2,
 //              int* nonfinite_flag, unsigned* blocks_done)
-//     multi:  (const TensorDesc* tensors, const Chunk* chunks, int num_tensors, KernelParams params,
-//              const void* qmap1, const void* qmap2, int* nonfinite_flag, unsigned* blocks_done)
+//     multi:  (const TensorDesc* tensors, const Chunk* chunks, int num_chunks, int num_tensors,
+//              KernelParams params, const void* qmap1, const void* qmap2, int* nonfinite_flag,
+//              unsigned* blocks_done)
 // qmap1/qmap2: the code maps for state1/state2 as make_map_image() lays them out (kQuantMapImageBytes
 // each, in device memory, 16-byte aligned); state_map(algorithm, 1 or 2) says which map. 8-bit only:
 // 32-bit kernels ignore them, and a map for a state the algorithm lacks may be null. nonfinite_flag: may be
@@ -19,7 +20,8 @@
 // unorm pass only; a device counter that is 0 before the launch and that the launch leaves at 0. One counter
 // must not serve two launches that may run at the same time.
 //
-// Launch shape: blockDim = (256, 1, 1), no dynamic shared memory.
+// Launch shape: blockDim = (256, 1, 1). Dynamic shared memory: dynamic_shared_bytes() for the 8-bit
+// update pass on sm_90 and later (its slice pipeline; with less the kernels load directly), else none.
 //     tensor layout: any gridDim.x >= 1 (grid-stride over tiles); recommended_grid() picks the fastest.
 //     multi layout: any gridDim.x >= 1 (block b processes chunks b, b + gridDim.x, ...);
 //     recommended_multi_grid() picks it.
@@ -168,6 +170,10 @@ inline constexpr std::int64_t kQuantBlock = 256;  // elements per absmax
 [[nodiscard]] constexpr std::int64_t unorm_workspace_floats(std::int64_t numel, StateFormat format) noexcept {
     return 1 + tile_count(numel, format);
 }
+
+// Dynamic shared memory for the update pass of (format, dtype) on a device of compute capability
+// `major` (CUDA; 0 for HIP): the 8-bit kernels' slice buffers on sm_90 and later, else 0.
+[[nodiscard]] std::size_t dynamic_shared_bytes(StateFormat format, DType dtype, int major) noexcept;
 
 // Grid for the tensor layout (the kernels accept any grid). fp32 state: one block per tile, which
 // measured fastest on an H200 (fp32 AdamW at 256M parameters moved 4.25 TB/s, the copy rate, against

@@ -176,10 +176,19 @@ const KernelSet& OptimizerState::kernels_for(ElementType type) {
     set.multi_unorm =
         module.kernel<MultiKernel::signature>(name(KernelLayout::multi_tensor, KernelPass::update_norm));
     if (format == StateFormat::blockwise8) {
+        const int major = device.backend() == Backend::cuda ? device.compute_capability().major : 0;
+        set.update_shared_bytes = static_cast<unsigned>(abi::dynamic_shared_bytes(format, dtype, major));
+        if (set.update_shared_bytes > 0) {
+            set.tensor_update.set_max_dynamic_shared_memory(set.update_shared_bytes);
+            set.multi_update.set_max_dynamic_shared_memory(set.update_shared_bytes);
+        }
         // 8-bit launches use one wave of resident blocks, so each stages its code maps once.
         int resident = INT_MAX;
-        for (const Function* f : {&set.tensor_update.function(), &set.tensor_unorm.function(),
-                                  &set.multi_update.function(), &set.multi_unorm.function()}) {
+        for (const Function* f : {&set.tensor_update.function(), &set.multi_update.function()}) {
+            resident = std::min(
+                resident, f->max_active_blocks_per_multiprocessor(kBlockThreads, set.update_shared_bytes));
+        }
+        for (const Function* f : {&set.tensor_unorm.function(), &set.multi_unorm.function()}) {
             resident = std::min(resident, f->max_active_blocks_per_multiprocessor(kBlockThreads, 0));
         }
         set.resident_per_multiprocessor = std::max(1, resident);
@@ -287,7 +296,8 @@ void OptimizerState::step_tensor(Stream* stream, LaunchPath path, GroupId id, st
         g.arena.prefetch(s, t.begin, t.end - t.begin);
         const LaunchConfig config{grid, kBlockThreads};
         if (clip) launch(s, config, set.tensor_unorm, desc, params, qmap1, qmap2, flag, blocks_done);
-        launch(s, config, set.tensor_update, desc, params, qmap1, qmap2, flag, blocks_done);
+        launch(s, config.with_shared_memory(set.update_shared_bytes), set.tensor_update, desc, params, qmap1,
+               qmap2, flag, blocks_done);
     } else {
         // The pattern cudarc replaces: the legacy NULL stream, then a device-wide synchronize.
         device_state.bind();
@@ -296,14 +306,14 @@ void OptimizerState::step_tensor(Stream* stream, LaunchPath path, GroupId id, st
         abi::TensorDesc desc_arg = desc;
         abi::KernelParams params_arg = params;
         void* args[] = {&desc_arg, &params_arg, &qmap1, &qmap2, &flag, &blocks_done};
-        auto raw_launch = [&](const TensorKernel& kernel) {
-            device_state.check(api.launch_kernel(kernel.native(), grid, 1, 1, kBlockThreads, 1, 1, 0,
-                                                 sys::legacy_stream(), args, nullptr),
+        auto raw_launch = [&](const TensorKernel& kernel, unsigned shared_bytes) {
+            device_state.check(api.launch_kernel(kernel.native(), grid, 1, 1, kBlockThreads, 1, 1,
+                                                 shared_bytes, sys::legacy_stream(), args, nullptr),
                                "cuLaunchKernel");
             AtomicCounters::bump(device_state.counters().kernel_launches);
         };
-        if (clip) raw_launch(set.tensor_unorm);
-        raw_launch(set.tensor_update);
+        if (clip) raw_launch(set.tensor_unorm, 0);
+        raw_launch(set.tensor_update, set.update_shared_bytes);
         device_state.check(api.ctx_synchronize(), "cuCtxSynchronize");
         AtomicCounters::bump(device_state.counters().context_synchronizes);
     }
@@ -396,8 +406,8 @@ void OptimizerState::step_group(Stream& stream, GroupId id, std::span<const Para
                 launch(stream, config, set.multi_unorm, descs, chunks, chunk_count, count, plan.params, qmap1,
                        qmap2, flag, blocks_done);
             }
-            launch(stream, config, set.multi_update, descs, chunks, chunk_count, count, plan.params, qmap1,
-                   qmap2, flag, blocks_done);
+            launch(stream, config.with_shared_memory(set.update_shared_bytes), set.multi_update, descs,
+                   chunks, chunk_count, count, plan.params, qmap1, qmap2, flag, blocks_done);
         }
         for (const std::size_t i : bucket.tensors) ++g.steps[i];
     }

@@ -34,6 +34,7 @@ struct KernelSet {
     MultiKernel multi_update;
     MultiKernel multi_unorm;
     int resident_per_multiprocessor = 1;  // blocks of these kernels that fit on one multiprocessor
+    unsigned update_shared_bytes = 0;  // dynamic shared memory of the update pass (abi::dynamic_shared_bytes)
 };
 
 // Page-locked staging for table uploads. Note: a buffer is reused only when its last copy has completed

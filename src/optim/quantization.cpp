@@ -107,6 +107,16 @@ std::uint8_t nearest_code_nonnegative(const QuantMapImage& bytes, float normaliz
     return cudarc_optim::nearest_code_nonnegative(image_of(bytes), normalized);
 }
 
+std::uint8_t nearest_code_within(const QuantMapImage& bytes, float normalized) noexcept {
+    return static_cast<std::uint8_t>(cudarc_optim::coded_word_within(image_of(bytes).bucket, normalized) >>
+                                     24);
+}
+
+std::uint8_t nearest_code_within_nonnegative(const QuantMapImage& bytes, float normalized) noexcept {
+    return static_cast<std::uint8_t>(
+        cudarc_optim::coded_word_within_nonnegative(image_of(bytes).bucket, normalized) >> 24);
+}
+
 BlockwiseState quantize_blockwise(std::span<const float> values, const QuantMap& map) {
     BlockwiseState out;
     out.codes.resize(values.size());

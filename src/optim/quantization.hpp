@@ -49,6 +49,11 @@ using QuantMapImage = std::array<std::uint8_t, kQuantMapImageBytes>;
 // nonnegative one is what the kernels use for unsigned maps.
 [[nodiscard]] std::uint8_t nearest_code(const QuantMapImage& image, float normalized) noexcept;
 [[nodiscard]] std::uint8_t nearest_code_nonnegative(const QuantMapImage& image, float normalized) noexcept;
+// The same two searches without the upper clamp, which the kernels use when a block's values and
+// 1 / absmax are all finite: valid only for finite `normalized` with |normalized| < 2.
+[[nodiscard]] std::uint8_t nearest_code_within(const QuantMapImage& image, float normalized) noexcept;
+[[nodiscard]] std::uint8_t nearest_code_within_nonnegative(const QuantMapImage& image,
+                                                           float normalized) noexcept;
 
 // Blockwise state as the kernels store it.
 struct BlockwiseState {

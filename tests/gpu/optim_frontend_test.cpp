@@ -201,28 +201,39 @@ Problem make_problem(UpdateRule rule, StatePrecision precision, std::vector<Elem
 
 // --- Device side ------------------------------------------------------------------------------------------
 
-// One tensor's parameter and gradient on the device, of a run-time element type.
+// One tensor's parameter and gradient on the device, of a run-time element type. With offset 1 the
+// tensor is a view that starts one element into its buffers, so no kernel can use vector accesses.
 struct DeviceTensor {
     ElementType type = ElementType::f32;
+    std::size_t offset = 0;
+    std::size_t numel = 0;
     DeviceSlice<float> f32_param, f32_grad;
     DeviceSlice<optim::half_bits> f16_param, f16_grad;
     DeviceSlice<optim::bf16_bits> bf16_param, bf16_grad;
 
     DeviceTensor(Stream& stream, ElementType t, const std::vector<std::uint32_t>& param,
-                 const std::vector<std::uint32_t>& grad)
-        : type(t) {
+                 const std::vector<std::uint32_t>& grad, std::size_t start = 0)
+        : type(t), offset(start), numel(param.size()) {
+        std::vector<std::uint32_t> padded_param(offset, 0u);
+        std::vector<std::uint32_t> padded_grad(offset, 0u);
+        padded_param.insert(padded_param.end(), param.begin(), param.end());
+        padded_grad.insert(padded_grad.end(), grad.begin(), grad.end());
         switch (type) {
             case ElementType::f32:
-                f32_param = DeviceSlice<float>::from_host(stream, to<float>(param));
-                f32_grad = DeviceSlice<float>::from_host(stream, to<float>(grad));
+                f32_param = DeviceSlice<float>::from_host(stream, to<float>(padded_param));
+                f32_grad = DeviceSlice<float>::from_host(stream, to<float>(padded_grad));
                 break;
             case ElementType::f16:
-                f16_param = DeviceSlice<optim::half_bits>::from_host(stream, to<optim::half_bits>(param));
-                f16_grad = DeviceSlice<optim::half_bits>::from_host(stream, to<optim::half_bits>(grad));
+                f16_param =
+                    DeviceSlice<optim::half_bits>::from_host(stream, to<optim::half_bits>(padded_param));
+                f16_grad =
+                    DeviceSlice<optim::half_bits>::from_host(stream, to<optim::half_bits>(padded_grad));
                 break;
             case ElementType::bf16:
-                bf16_param = DeviceSlice<optim::bf16_bits>::from_host(stream, to<optim::bf16_bits>(param));
-                bf16_grad = DeviceSlice<optim::bf16_bits>::from_host(stream, to<optim::bf16_bits>(grad));
+                bf16_param =
+                    DeviceSlice<optim::bf16_bits>::from_host(stream, to<optim::bf16_bits>(padded_param));
+                bf16_grad =
+                    DeviceSlice<optim::bf16_bits>::from_host(stream, to<optim::bf16_bits>(padded_grad));
                 break;
         }
     }
@@ -230,25 +241,29 @@ struct DeviceTensor {
     [[nodiscard]] optim::ParamTensor tensor() {
         switch (type) {
             case ElementType::f16:
-                return {f16_param, f16_grad};
+                return {f16_param.view(offset, numel), f16_grad.view(offset, numel)};
             case ElementType::bf16:
-                return {bf16_param, bf16_grad};
+                return {bf16_param.view(offset, numel), bf16_grad.view(offset, numel)};
             case ElementType::f32:
                 break;
         }
-        return {f32_param, f32_grad};
+        return {f32_param.view(offset, numel), f32_grad.view(offset, numel)};
     }
 
     [[nodiscard]] std::vector<std::uint32_t> param_words(Stream& stream) const {
+        std::vector<std::uint32_t> all;
         switch (type) {
             case ElementType::f16:
-                return words(f16_param.to_vector(stream));
+                all = words(f16_param.to_vector(stream));
+                break;
             case ElementType::bf16:
-                return words(bf16_param.to_vector(stream));
+                all = words(bf16_param.to_vector(stream));
+                break;
             case ElementType::f32:
+                all = words(f32_param.to_vector(stream));
                 break;
         }
-        return words(f32_param.to_vector(stream));
+        return {all.begin() + static_cast<std::ptrdiff_t>(offset), all.end()};
     }
 
     // Copies `source`'s gradient into this one on `stream`: a device-to-device copy, fully asynchronous
@@ -298,7 +313,7 @@ struct Outcome {
     std::vector<TensorState> states;
 };
 
-enum class Variant { multi_tensor, per_tensor, legacy, graph, foreign_stream, paged_state };
+enum class Variant { multi_tensor, per_tensor, legacy, graph, foreign_stream, paged_state, misaligned };
 
 const char* to_string(Variant v) {
     switch (v) {
@@ -314,6 +329,8 @@ const char* to_string(Variant v) {
             return "foreign stream";
         case Variant::paged_state:
             return "paged state";
+        case Variant::misaligned:
+            return "misaligned parameters";
     }
     return "?";
 }
@@ -325,8 +342,9 @@ struct Setup {
     optim::Optimizer optimizer;
     GroupId group;
 
-    Setup(Stream& stream, const Problem& p, optim::StatePlacement placement = optim::StatePlacement::device)
-        : device(upload(stream, p)),
+    Setup(Stream& stream, const Problem& p, optim::StatePlacement placement = optim::StatePlacement::device,
+          std::size_t offset = 0)
+        : device(upload(stream, p, offset)),
           tensors(views(device)),
           optimizer(stream, optim::OptimizerOptions{p.rule, p.precision, placement, 16384}),
           group(optimizer.add_group(stream, p.options, tensors)) {
@@ -337,11 +355,11 @@ struct Setup {
         }
     }
 
-    static std::vector<DeviceTensor> upload(Stream& stream, const Problem& p) {
+    static std::vector<DeviceTensor> upload(Stream& stream, const Problem& p, std::size_t offset = 0) {
         std::vector<DeviceTensor> out;
         out.reserve(p.types.size());
         for (std::size_t i = 0; i < p.types.size(); ++i)
-            out.emplace_back(stream, p.types[i], p.params[i], p.grads[i]);
+            out.emplace_back(stream, p.types[i], p.params[i], p.grads[i], offset);
         return out;
     }
     static std::vector<optim::ParamTensor> views(std::vector<DeviceTensor>& device) {
@@ -374,7 +392,7 @@ Outcome run(Device& device, const Problem& p, Variant variant) {
     Stream foreign = Stream::wrap(device, foreign_owner.native());
     const auto placement =
         variant == Variant::paged_state ? optim::StatePlacement::managed : optim::StatePlacement::device;
-    Setup s(stream, p, placement);
+    Setup s(stream, p, placement, variant == Variant::misaligned ? 1 : 0);
     if (variant == Variant::paged_state) {
         const bool supported = device.attribute(89) != 0;  // CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS
         CHECK(s.optimizer.state_placement() ==
@@ -385,6 +403,7 @@ Outcome run(Device& device, const Problem& p, Variant variant) {
     switch (variant) {
         case Variant::multi_tensor:
         case Variant::paged_state:
+        case Variant::misaligned:
             s.optimizer.step(stream, s.group, s.tensors);
             break;
         case Variant::per_tensor:
@@ -626,8 +645,10 @@ TEST_CASE("optim.every_rule_type_and_precision_matches_the_reference") {
 
 TEST_CASE("optim.all_ways_of_running_a_step_agree_bitwise") {
     auto device = Device::open(0);
-    const Variant variants[] = {Variant::per_tensor, Variant::legacy, Variant::graph, Variant::foreign_stream,
-                                Variant::paged_state};
+    // (Misaligned parameters take the kernels' element-by-element path, aligned ones their vector loads
+    // and, for 8-bit state on sm_90 and later, the tile copies.)
+    const Variant variants[] = {Variant::per_tensor,     Variant::legacy,      Variant::graph,
+                                Variant::foreign_stream, Variant::paged_state, Variant::misaligned};
     struct Case {
         UpdateRule rule;
         std::vector<ElementType> types;  // a mixed group: one multi-tensor launch per element type

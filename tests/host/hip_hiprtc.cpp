@@ -155,7 +155,7 @@ int compile_shipped_kernels(const std::string& target, bool check_code_object_ma
             CHECK(code.size() > 4);
             if (check_code_object_mach) CHECK(is_amd_code_object(code, kMachGfx90a));
         } catch (const cudarc::Error& e) {
-            FAIL_CHECK("hiprtc rejected ", file, ": ", e.what());
+            FAIL_CHECK("hiprtc rejected ", file, ": ", std::string(e.what()));
         }
     }
     return files;

@@ -259,3 +259,16 @@ TEST_CASE("optim.abi_state_workspace_and_grid") {
     CHECK(abi::recommended_multi_grid(16384, StateFormat::blockwise8, 132, 3) == 396);
     CHECK(abi::recommended_multi_grid(16384, StateFormat::fp32, 132, 3) == 16384);  // one block per chunk
 }
+
+TEST_CASE("optim.abi_dynamic_shared_memory_is_the_8bit_tile_buffers_on_sm90_and_later") {
+    // Three buffers, each a tile of 2048 parameters, gradients and two codes, and 2 x 8 absmax values.
+    CHECK(abi::dynamic_shared_bytes(StateFormat::blockwise8, DType::bf16, 9) == 3 * (2048 * 6 + 64));
+    CHECK(abi::dynamic_shared_bytes(StateFormat::blockwise8, DType::f16, 10) == 3 * (2048 * 6 + 64));
+    CHECK(abi::dynamic_shared_bytes(StateFormat::blockwise8, DType::f32, 9) == 3 * (2048 * 10 + 64));
+    // Two blocks of them and their 40 KB of code maps fit an H200 SM (228 KB).
+    CHECK(2 * (abi::dynamic_shared_bytes(StateFormat::blockwise8, DType::f32, 9) + 41 * 1024) <= 228 * 1024);
+    // None before sm_90 (no tensor memory accelerator), on HIP (major 0), or for 32-bit state.
+    CHECK(abi::dynamic_shared_bytes(StateFormat::blockwise8, DType::bf16, 8) == 0);
+    CHECK(abi::dynamic_shared_bytes(StateFormat::blockwise8, DType::bf16, 0) == 0);
+    CHECK(abi::dynamic_shared_bytes(StateFormat::fp32, DType::f32, 9) == 0);
+}

@@ -172,9 +172,10 @@ TEST_CASE("optim.quant_nearest_code_matches_brute_force") {
     }
 }
 
-// The kernels search through a map image (a bucket table and the thresholds between codes); it must
-// give exactly the binary search's code for every input, including ends, zeros of both signs, NaN and
-// the floats on either side of every threshold. Unsigned maps also take the nonnegative shortcut.
+// The kernels search through a map image (256 codes and a bucket table); it must give exactly the
+// binary search's code for every input, including ends, zeros of both signs, NaN and the floats on
+// either side of every threshold. Unsigned maps also take the nonnegative shortcut, and finite values
+// below 2 the searches without the upper clamp.
 TEST_CASE("optim.quant_map_image_search_equals_binary_search") {
     std::uniform_int_distribution<std::uint32_t> any_bits;
     for (const MapSign sign : {MapSign::signed_map, MapSign::unsigned_map}) {
@@ -209,6 +210,12 @@ TEST_CASE("optim.quant_map_image_search_equals_binary_search") {
             REQUIRE(cudarc::optim::nearest_code(image, x) == expected);
             if (sign == MapSign::unsigned_map)
                 REQUIRE(cudarc::optim::nearest_code_nonnegative(image, x) == expected);
+            // Without the upper clamp, for what the kernels know to be finite and below 2.
+            if (std::isfinite(x) && std::abs(x) < 2.0f) {
+                REQUIRE(cudarc::optim::nearest_code_within(image, x) == expected);
+                if (sign == MapSign::unsigned_map)
+                    REQUIRE(cudarc::optim::nearest_code_within_nonnegative(image, x) == expected);
+            }
             // (Far outside [-1, 1] every float distance rounds alike and brute force cannot tell.)
             if (std::abs(x) <= 4.0f) REQUIRE(map[expected] == map[brute_force_nearest(map, x)]);
         }
