@@ -87,8 +87,9 @@ enum : int { kThreads = 256, kQuantBlock = 256, kTile32 = kThreads * 4, kTile8 =
 // kTileStages buffers in dynamic shared memory (optim_device.cuh, "Tiles through shared memory"). A
 // buffer holds one tile's parameters, gradients, both states' codes and both states' 8 absmax values.
 // The update launch provides tile_pipeline_bytes() of dynamic shared memory (kernel_abi.hpp:
-// dynamic_shared_bytes); with less, the kernels load directly. Note: on an H200 three buffers ran
-// faster than two for every parameter type (1024 x 256K AdamW: fp32 1.18 against 1.25 ms).
+// dynamic_shared_bytes); with less, the kernels load directly. Note: on an H200 (1024 x 256K AdamW)
+// three buffers beat two with fp32 parameters (1.18 against 1.25 ms) and were within run-to-run
+// noise of two with bf16 (1.02-1.04 against 1.01 ms).
 enum : int { kTileStages = 3 };
 constexpr CUDARC_OPTIM_FN int tile_buffer_bytes(int element_bytes) {
     return kTile8 * (2 * element_bytes + 2) + 2 * (kTile8 / kQuantBlock) * 4;

@@ -46,7 +46,7 @@ struct OptimizerOptions {
     UpdateRule rule = UpdateRule::adamw;
     StatePrecision precision = StatePrecision::fp32;
     StatePlacement placement = StatePlacement::device;
-    // Multi-tensor steps cut tensors into chunks of at most this many elements, one CUDA block each.
+    // Multi-tensor steps cut tensors into chunks of at most this many elements, each taken by one CUDA block.
     std::int64_t max_chunk_elements = 16384;
 };
 
