@@ -426,22 +426,23 @@ CUDARC_OPTIM_FN unsigned bucket_entry(unsigned low, unsigned step, unsigned pref
     return (low << 24) + 0x1000000u - step - (prefix << 16);
 }
 
-// The code search over an image's bucket words (either sign), the code in the top byte.
-CUDARC_OPTIM_FN unsigned coded_word_of(const unsigned* buckets, float x) {
-    return coded_word(buckets, search_word(fp::fmin(fp::fmax(x, -map_limit()), map_limit())));
-}
-// The same for a map with no negative codes and code[0] == 0 (every x <= 0 and NaN get code 0):
-// the positive buckets alone, no sign. build_map_image says whether a map allows it.
-CUDARC_OPTIM_FN unsigned coded_word_of_nonnegative(const unsigned* buckets, float x) {
-    return coded_word(buckets,
-                      fp::bits(fp::fmin(fp::fmax(x, map_smallest()), map_limit())));  // NaN, x <= 0: 2^-24
-}
-// The same two without the upper clamp, for x known to be finite with |x| <= map_limit().
+// The code search over an image's bucket words (either sign) for x known to be finite with
+// |x| <= map_limit(), the code in the top byte.
 CUDARC_OPTIM_FN unsigned coded_word_within(const unsigned* buckets, float x) {
     return coded_word(buckets, search_word(x));
 }
+// The same for a map with no negative codes and code[0] == 0 (every x <= 0 gets code 0): the
+// positive buckets alone, no sign. build_map_image says whether a map allows it.
 CUDARC_OPTIM_FN unsigned coded_word_within_nonnegative(const unsigned* buckets, float x) {
     return coded_word(buckets, fp::bits(fp::fmax(x, map_smallest())));
+}
+// The same two for any x, NaN included, through the clamp.
+CUDARC_OPTIM_FN unsigned coded_word_of(const unsigned* buckets, float x) {
+    return coded_word_within(buckets, fp::fmin(fp::fmax(x, -map_limit()), map_limit()));
+}
+CUDARC_OPTIM_FN unsigned coded_word_of_nonnegative(const unsigned* buckets, float x) {
+    // (NaN and x <= 0 become 2^-24, whose code is 0.)
+    return coded_word(buckets, fp::bits(fp::fmin(fp::fmax(x, map_smallest()), map_limit())));
 }
 
 CUDARC_OPTIM_FN u8 nearest_code(const QuantMapImage& image, float x) {

@@ -851,11 +851,9 @@ __device__ __forceinline__ void tensor_kernel(const OptimTensor& t, const OptimP
     }
 }
 
-// Chunk c's tiles, or an empty run past the last chunk.
+// Chunk c's tiles.
 template <int kTile>
-__device__ __forceinline__ TileRun chunk_run(const OptimTensor* tensors, const OptimChunk* chunks, int c,
-                                             int num_chunks) {
-    if (c >= num_chunks) return TileRun{OptimTensor{}, 0, 0, 1, 0};
+__device__ __forceinline__ TileRun chunk_run(const OptimTensor* tensors, const OptimChunk* chunks, int c) {
     const OptimChunk chunk = chunks[c];
     const OptimTensor t = tensors[chunk.tensor];
     const i64 chunk_end = chunk.offset + chunk.count < t.numel ? chunk.offset + chunk.count : t.numel;
@@ -876,7 +874,7 @@ __device__ __forceinline__ void multi_tensor_kernel(const OptimTensor* tensors, 
     const int kTile = kEightBit ? kTile8 : kTile32;
     bool saw_nonfinite = false;
     for (int c = static_cast<int>(blockIdx.x); c < num_chunks; c += static_cast<int>(gridDim.x)) {
-        const TileRun run = chunk_run<kTile>(tensors, chunks, c, num_chunks);
+        const TileRun run = chunk_run<kTile>(tensors, chunks, c);
         if (!kNormPass || run.t.unorm != 0) {
             saw_nonfinite = run_tiles<A, D, kNormPass>(shared, run, hp, pipe) || saw_nonfinite;
         }
