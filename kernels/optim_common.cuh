@@ -91,6 +91,10 @@ enum : int { kThreads = 256, kQuantBlock = 256, kTile32 = kThreads * 4, kTile8 =
 // three buffers beat two with fp32 parameters (1.18 against 1.25 ms) and were within run-to-run
 // noise of two with bf16 (1.02-1.04 against 1.01 ms).
 enum : int { kTileStages = 3 };
+// The update launch of those kernels also brings a producer warp that issues the copies: blockDim.x =
+// kThreads + kProducerThreads (kernel_abi.hpp: update_block_threads); with kThreads alone they load
+// directly.
+enum : int { kProducerThreads = 32 };
 constexpr CUDARC_OPTIM_FN int tile_buffer_bytes(int element_bytes) {
     return kTile8 * (2 * element_bytes + 2) + 2 * (kTile8 / kQuantBlock) * 4;
 }
@@ -307,6 +311,24 @@ struct F16 {
         return half_to_float(x);
 #endif
     }
+    // The value in the low (high = false) or high half of a word holding two.
+    static CUDARC_OPTIM_FN float load_half(unsigned word, bool high) {
+#if CUDARC_OPTIM_PTX_CONVERSIONS
+        float f;
+        if (high) {
+            asm("{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %1;\n\tcvt.f32.f16 %0, hi;\n\t}"
+                : "=f"(f)
+                : "r"(word));
+        } else {
+            asm("{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %1;\n\tcvt.f32.f16 %0, lo;\n\t}"
+                : "=f"(f)
+                : "r"(word));
+        }
+        return f;
+#else
+        return half_to_float(static_cast<u16>(high ? word >> 16 : word));
+#endif
+    }
     static CUDARC_OPTIM_FN u16 store(float x) {
 #if CUDARC_OPTIM_PTX_CONVERSIONS
         u16 h;
@@ -329,6 +351,10 @@ struct F16 {
 struct BF16 {
     typedef u16 Storage;
     static CUDARC_OPTIM_FN float load(u16 x) { return bf16_to_float(x); }
+    // The value in the low (high = false) or high half of a word holding two.
+    static CUDARC_OPTIM_FN float load_half(unsigned word, bool high) {
+        return fp::from_bits(high ? (word & 0xffff0000u) : (word << 16));
+    }
     static CUDARC_OPTIM_FN u16 store(float x) {
 #if CUDARC_OPTIM_PTX_CONVERSIONS && __CUDA_ARCH__ >= 800
         u16 b;
@@ -412,14 +438,18 @@ CUDARC_OPTIM_FN unsigned search_word(float clamped) {
     const unsigned magnitude = fp::bits(fp::fmax(fp::abs(clamped), map_smallest()));
     return magnitude ^ (0u - (fp::bits(clamped) >> 31));
 }
-// A word's bucket: 0x3380 + b for magnitude bucket b of x >= +0, 0x4000 + ... for x <= -0 once the
-// sign bit (set in every negative word) is dropped.
-CUDARC_OPTIM_FN unsigned word_bucket(unsigned word) {
-    return ((word >> 16) & 0x7fffu) - static_cast<unsigned>(kMapBucketBase);
-}
-// The code of a search word, in the top byte of the result (the low bytes are left over).
+// The code of a search word, in the top byte of the result (the low bytes are left over). The word's
+// entry is bucket[((word >> 16) & 0x7fff) - kMapBucketBase]: the top bits with the sign bit (set in
+// every negative word) dropped, less the base. Note: its byte offset is written so that the base's
+// subtraction folds into the load's address (a shift, a mask and the load instead of four instructions).
 CUDARC_OPTIM_FN unsigned coded_word(const unsigned* buckets, unsigned word) {
-    return word + buckets[word_bucket(word)];
+    const int offset = static_cast<int>((word >> 14) & 0x1fffcu) - 4 * kMapBucketBase;
+    return word +
+           *reinterpret_cast<const unsigned*>(reinterpret_cast<const unsigned char*>(buckets) + offset);
+}
+// The same for a word of x >= +0, which has no sign bit to drop (one instruction fewer).
+CUDARC_OPTIM_FN unsigned coded_word_nonnegative(const unsigned* buckets, unsigned word) {
+    return word + buckets[static_cast<int>(word >> 16) - kMapBucketBase];
 }
 // The table entry of a bucket whose words have top bits `prefix`.
 CUDARC_OPTIM_FN unsigned bucket_entry(unsigned low, unsigned step, unsigned prefix) {
@@ -434,7 +464,7 @@ CUDARC_OPTIM_FN unsigned coded_word_within(const unsigned* buckets, float x) {
 // The same for a map with no negative codes and code[0] == 0 (every x <= 0 gets code 0): the
 // positive buckets alone, no sign. build_map_image says whether a map allows it.
 CUDARC_OPTIM_FN unsigned coded_word_within_nonnegative(const unsigned* buckets, float x) {
-    return coded_word(buckets, fp::bits(fp::fmax(x, map_smallest())));
+    return coded_word_nonnegative(buckets, fp::bits(fp::fmax(x, map_smallest())));
 }
 // The same two for any x, NaN included, through the clamp.
 CUDARC_OPTIM_FN unsigned coded_word_of(const unsigned* buckets, float x) {
@@ -442,7 +472,7 @@ CUDARC_OPTIM_FN unsigned coded_word_of(const unsigned* buckets, float x) {
 }
 CUDARC_OPTIM_FN unsigned coded_word_of_nonnegative(const unsigned* buckets, float x) {
     // (NaN and x <= 0 become 2^-24, whose code is 0.)
-    return coded_word(buckets, fp::bits(fp::fmin(fp::fmax(x, map_smallest()), map_limit())));
+    return coded_word_nonnegative(buckets, fp::bits(fp::fmin(fp::fmax(x, map_smallest()), map_limit())));
 }
 
 CUDARC_OPTIM_FN u8 nearest_code(const QuantMapImage& image, float x) {
@@ -521,8 +551,14 @@ CUDARC_OPTIM_FN bool build_map_image(const float* map, QuantMapImage& image, boo
 }
 
 // 1 / absmax, or 0 for an all-zero block (every value then quantizes to the code of 0).
+// (On NVIDIA the correctly rounded reciprocal, the same value as the division, in fewer instructions.)
 CUDARC_OPTIM_FN float inverse_absmax(float absmax) {
-    return absmax > 0.0f ? fp::div(1.0f, absmax) : 0.0f;
+#if (defined(__CUDACC_RTC__) || defined(__CUDACC__)) && defined(__CUDA_ARCH__)
+    const float inverse = __frcp_rn(absmax);
+#else
+    const float inverse = fp::div(1.0f, absmax);
+#endif
+    return absmax > 0.0f ? inverse : 0.0f;
 }
 
 CUDARC_OPTIM_FN float dequantize(const float* map, u8 code, float absmax) {

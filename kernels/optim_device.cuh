@@ -86,20 +86,6 @@ __device__ __forceinline__ void store_vec8(float* p, const float (&in)[8]) {
     reinterpret_cast<Vec4f*>(p)[0] = a;
     reinterpret_cast<Vec4f*>(p)[1] = b;
 }
-__device__ __forceinline__ void load_vec8(const u16* p, u16 (&out)[8]) {
-    const Vec4u v = *reinterpret_cast<const Vec4u*>(p);
-    const unsigned words[4] = {v.x, v.y, v.z, v.w};
-    for (int k = 0; k < 4; ++k) {
-        out[2 * k] = static_cast<u16>(words[k]);
-        out[2 * k + 1] = static_cast<u16>(words[k] >> 16);
-    }
-}
-__device__ __forceinline__ void store_vec8(u16* p, const u16 (&in)[8]) {
-    unsigned words[4];
-    for (int k = 0; k < 4; ++k) words[k] = in[2 * k] | (static_cast<unsigned>(in[2 * k + 1]) << 16);
-    const Vec4u v = {words[0], words[1], words[2], words[3]};
-    *reinterpret_cast<Vec4u*>(p) = v;
-}
 // --- Reductions ---
 
 // Max over the 32 lanes of a group (threads 32k .. 32k+31); every lane gets the result.
@@ -267,6 +253,37 @@ __device__ __forceinline__ float tile_32bit(const OptimTensor& t, const OptimPar
 // and the general one for everything else (the end of a tensor, misaligned arrays, non-finite
 // gradients). Both give every element the same bits.
 
+// 8 parameters or gradients as read from memory: 16-bit values two to a word (first lowest), or
+// floats. Note: kept packed, a value costs one instruction to widen and none to move.
+template <class D>
+struct Values8 {
+    unsigned words[4];
+    __device__ __forceinline__ float get(int j) const { return D::load_half(words[j >> 1], (j & 1) != 0); }
+    __device__ __forceinline__ void load(const u16* p) {
+        const Vec4u v = *reinterpret_cast<const Vec4u*>(p);
+        words[0] = v.x, words[1] = v.y, words[2] = v.z, words[3] = v.w;
+    }
+    // Elements [0, count) one by one, the rest 0.
+    __device__ __forceinline__ void load_each(const u16* p, int count) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const unsigned low = 2 * k < count ? p[2 * k] : 0u;
+            const unsigned high = 2 * k + 1 < count ? p[2 * k + 1] : 0u;
+            words[k] = low | (high << 16);
+        }
+    }
+};
+template <>
+struct Values8<F32> {
+    float values[8];
+    __device__ __forceinline__ float get(int j) const { return values[j]; }
+    __device__ __forceinline__ void load(const float* p) { load_vec8(p, values); }
+    __device__ __forceinline__ void load_each(const float* p, int count) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) values[j] = j < count ? p[j] : 0.0f;
+    }
+};
+
 // Parameter stores of 8 converted values: one 16-byte (fp16/bf16) or two (fp32) vector stores.
 template <class D>
 struct ParamStore8 {
@@ -292,13 +309,41 @@ __device__ __forceinline__ unsigned pack_codes(unsigned c0, unsigned c1, unsigne
 }
 
 // A block's share of one tensor: tiles first, first + stride, ... below end, with elements limited
-// to [0, limit) (a chunk ends before the tensor may). Empty when first >= end.
+// to [0, limit) (a chunk ends before the tensor may). Empty when first >= end. Only a run's last
+// tile may be partial.
 struct TileRun {
     OptimTensor t;
     i64 first;
     i64 end;
     i64 stride;
     i64 limit;
+};
+
+// The runs of a block, in order. A multi-tensor launch: run r of block b is chunk b + r * gridDim.x.
+struct ChunkRuns {
+    const OptimTensor* tensors;
+    const OptimChunk* chunks;
+    int num_chunks;
+    template <int kTile>
+    __device__ __forceinline__ bool get(int r, TileRun& run) const {
+        const i64 c = static_cast<i64>(blockIdx.x) + static_cast<i64>(r) * gridDim.x;
+        if (c >= num_chunks) return false;
+        const OptimChunk chunk = chunks[c];
+        const OptimTensor t = tensors[chunk.tensor];
+        const i64 chunk_end = chunk.offset + chunk.count < t.numel ? chunk.offset + chunk.count : t.numel;
+        run = TileRun{t, chunk.offset / kTile, (chunk_end + kTile - 1) / kTile, 1, chunk_end};
+        return true;
+    }
+};
+// A per-tensor launch: one run, block b taking tiles b, b + gridDim.x, ...
+struct TensorRuns {
+    OptimTensor t;
+    template <int kTile>
+    __device__ __forceinline__ bool get(int r, TileRun& run) const {
+        if (r != 0) return false;
+        run = TileRun{t, blockIdx.x, (t.numel + kTile - 1) / kTile, gridDim.x, t.numel};
+        return true;
+    }
 };
 
 // Shared memory for one block: reduction scratch and, for 8-bit state, the parts of the two map
@@ -332,38 +377,35 @@ __device__ __forceinline__ unsigned quantize_8bit(const unsigned* buckets, float
 }
 
 // The 8 codes of one state in one thread's slice, in the top bytes of q.
-template <int A, int kState>
+template <int A, int kState, bool kWithin>
 __device__ __forceinline__ void quantize_slice(const unsigned* buckets, const float (&values)[8],
-                                               float inverse, bool within, unsigned (&q)[8]) {
-    if (within) {
+                                               float inverse, unsigned (&q)[8]) {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) q[j] = quantize_8bit<A, kState, true>(buckets, values[j], inverse);
-    } else {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) q[j] = quantize_8bit<A, kState, false>(buckets, values[j], inverse);
-    }
+    for (int j = 0; j < 8; ++j) q[j] = quantize_8bit<A, kState, kWithin>(buckets, values[j], inverse);
 }
 
-// A quantization block's absmax from its group peak: the peak itself when the block's state values
-// are all finite (`finite`, the common case), else the maxNum over the magnitudes (NaN skipped).
-__device__ __forceinline__ void block_absmax(const float (&values)[8], float group_peak_value, float& absmax,
-                                             bool& finite) {
-    finite = fp::is_finite(group_peak_value);
-    absmax = group_peak_value;
-    if (!finite) {
-        float m = 0.0f;
+// A quantization block's absmax when a state value is NaN or infinite: the maxNum over the magnitudes
+// (NaN skipped). Otherwise it is the group peak.
+__device__ __forceinline__ float absmax_of(const float (&values)[8]) {
+    float m = 0.0f;
 #pragma unroll
-        for (int j = 0; j < 8; ++j) m = fp::fmax(m, fp::abs(values[j]));
-        absmax = group_max(m);
-    }
+    for (int j = 0; j < 8; ++j) m = fp::fmax(m, fp::abs(values[j]));
+    return group_max(m);
+}
+
+// Whether two values, each +0 or above or NaN (a peak or a reciprocal), are both finite. Note: their
+// encodings order like their values, with infinity's and NaN's on top: one integer max and a test.
+__device__ __forceinline__ bool both_finite(float a, float b) {
+    const unsigned high = fp::bits(a) > fp::bits(b) ? fp::bits(a) : fp::bits(b);
+    return high < 0x7f800000u;
 }
 
 // One thread's slice of an 8-bit tile as read from memory: 8 parameters and gradients, 8 codes of
 // each state, and the quantization block's absmax of each state.
 template <class D>
 struct Slice8 {
-    typename D::Storage param[8];
-    typename D::Storage grad[8];
+    Values8<D> param;
+    Values8<D> grad;
     Vec2u codes1;
     Vec2u codes2;
     float absmax1;
@@ -371,15 +413,15 @@ struct Slice8 {
 };
 
 // Reads a whole, aligned slice with vector loads and returns true; any other slice is left to
-// tile_8bit (returns false, reads nothing).
+// load_slice8_each (returns false, reads nothing).
 template <int A, class D>
 __device__ __forceinline__ bool load_slice8(const OptimTensor& t, const OptimParams& hp, i64 first, int count,
                                             bool vector_ok, Slice8<D>& slice) {
     typedef typename D::Storage S;
     if (!(vector_ok && count == 8)) return false;
     const unsigned long long block = static_cast<unsigned long long>(first) / kQuantBlock;
-    load_vec8(static_cast<const S*>(t.param) + first, slice.param);
-    load_vec8(static_cast<const S*>(t.grad) + first, slice.grad);
+    slice.param.load(static_cast<const S*>(t.param) + first);
+    slice.grad.load(static_cast<const S*>(t.grad) + first);
     slice.codes1 = Vec2u{0u, 0u};
     slice.codes2 = Vec2u{0u, 0u};
     slice.absmax1 = 0.0f;
@@ -395,11 +437,37 @@ __device__ __forceinline__ bool load_slice8(const OptimTensor& t, const OptimPar
     return true;
 }
 
-// Elements [first, first + count) of one tile (count in [0, 8]); `loaded` holds them when
-// `is_loaded` (a whole, aligned slice), else they are read here element by element.
+// Reads elements [first, first + count) of a slice one by one (count in [0, 8]; the rest are 0).
+template <int A, class D>
+__device__ __forceinline__ void load_slice8_each(const OptimTensor& t, const OptimParams& hp, i64 first,
+                                                 int count, Slice8<D>& slice) {
+    typedef typename D::Storage S;
+    const bool with1 = uses_state1(A, hp);
+    const bool with2 = uses_state2(A);
+    const unsigned long long block = static_cast<unsigned long long>(first) / kQuantBlock;
+    const u8* codes1 = static_cast<const u8*>(t.state1) + first;
+    const u8* codes2 = static_cast<const u8*>(t.state2) + first;
+    slice.param.load_each(static_cast<const S*>(t.param) + first, count);
+    slice.grad.load_each(static_cast<const S*>(t.grad) + first, count);
+    unsigned words1[2] = {0u, 0u};
+    unsigned words2[2] = {0u, 0u};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        if (j >= count) continue;
+        if (with1) words1[j >> 2] |= static_cast<unsigned>(codes1[j]) << (8 * (j & 3));
+        if (with2) words2[j >> 2] |= static_cast<unsigned>(codes2[j]) << (8 * (j & 3));
+    }
+    slice.codes1 = Vec2u{words1[0], words1[1]};
+    slice.codes2 = Vec2u{words2[0], words2[1]};
+    slice.absmax1 = (count > 0 && with1) ? t.absmax1[block] : 0.0f;
+    slice.absmax2 = (count > 0 && with2) ? t.absmax2[block] : 0.0f;
+}
+
+// Elements [first, first + count) of one tile (count in [0, 8]), read into `slice`; `whole` when it
+// came from vector loads or the tile copies (8 aligned elements).
 template <int A, class D, bool kNormPass>
 __device__ __forceinline__ float tile_8bit(const OptimTensor& t, const OptimParams& hp, i64 first, int count,
-                                           const Slice8<D>& loaded, bool is_loaded, float scale,
+                                           const Slice8<D>& slice, bool whole, float scale,
                                            const BlockShared<true>& maps, bool& saw_nonfinite) {
     typedef typename D::Storage S;
     const bool with1 = uses_state1(A, hp);
@@ -409,34 +477,12 @@ __device__ __forceinline__ float tile_8bit(const OptimTensor& t, const OptimPara
     u8* codes1 = static_cast<u8*>(t.state1) + first;
     u8* codes2 = static_cast<u8*>(t.state2) + first;
 
-    Slice8<D> slice;
-    if (is_loaded) {
-        slice = loaded;
-    } else {
-        const S* grad = static_cast<const S*>(t.grad) + first;
-        unsigned words1[2] = {0u, 0u};
-        unsigned words2[2] = {0u, 0u};
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            slice.param[j] = 0, slice.grad[j] = 0;
-            if (j >= count) continue;
-            slice.param[j] = param[j];
-            slice.grad[j] = grad[j];
-            if (with1) words1[j >> 2] |= static_cast<unsigned>(codes1[j]) << (8 * (j & 3));
-            if (with2) words2[j >> 2] |= static_cast<unsigned>(codes2[j]) << (8 * (j & 3));
-        }
-        slice.codes1 = Vec2u{words1[0], words1[1]};
-        slice.codes2 = Vec2u{words2[0], words2[1]};
-        slice.absmax1 = (count > 0 && with1) ? t.absmax1[block] : 0.0f;
-        slice.absmax2 = (count > 0 && with2) ? t.absmax2[block] : 0.0f;
-    }
-
     // 0 * g is 0 for every finite g and NaN otherwise: one test covers the 8 gradients.
     float g[8];
     float probe = 0.0f;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-        g[j] = fp::mul(D::load(slice.grad[j]), hp.inv_grad_scale);
+        g[j] = fp::mul(slice.grad.get(j), hp.inv_grad_scale);
         probe = fp::fma(g[j], 0.0f, probe);
     }
     float s1[8];
@@ -444,7 +490,7 @@ __device__ __forceinline__ float tile_8bit(const OptimTensor& t, const OptimPara
     float peak1 = 0.0f;
     float peak2 = 0.0f;
     float norm_squared = 0.0f;
-    if (is_loaded && probe == 0.0f) {
+    if (whole && probe == 0.0f) {
         // The common case: 8 finite gradients, vector stores.
         float p_new[8];
 #pragma unroll
@@ -453,7 +499,7 @@ __device__ __forceinline__ float tile_8bit(const OptimTensor& t, const OptimPara
                           : 0.0f;
             s2[j] = with2 ? dequantize(maps.code2, static_cast<u8>(code_byte(slice.codes2, j)), slice.absmax2)
                           : 0.0f;
-            const float p = D::load(slice.param[j]);
+            const float p = slice.param.get(j);
             const float update = update_8bit<A>(hp, p, g[j], s1[j], s2[j]);
             if (kNormPass) {
                 norm_squared = fp::fma(update, update, norm_squared);
@@ -475,7 +521,7 @@ __device__ __forceinline__ float tile_8bit(const OptimTensor& t, const OptimPara
             if (with2)
                 s2[j] = dequantize(maps.code2, static_cast<u8>(code_byte(slice.codes2, j)), slice.absmax2);
             if (fp::is_finite(g[j])) {
-                const float p = D::load(slice.param[j]);
+                const float p = slice.param.get(j);
                 const float update = update_8bit<A>(hp, p, g[j], s1[j], s2[j]);
                 if (kNormPass) {
                     norm_squared = fp::fma(update, update, norm_squared);
@@ -491,20 +537,28 @@ __device__ __forceinline__ float tile_8bit(const OptimTensor& t, const OptimPara
     }
     if (kNormPass) return norm_squared;
 
-    // Every lane of the group takes part, also those past the end (they contribute 0).
-    float absmax1 = 0.0f;
-    float absmax2 = 0.0f;
-    bool within1 = false;
-    bool within2 = false;
-    if (with1) block_absmax(s1, group_peak(peak1), absmax1, within1);
-    if (with2) block_absmax(s2, group_peak(peak2), absmax2, within2);
+    // Every lane of the group takes part, also those past the end (they contribute 0). `within`: every
+    // state value and both reciprocals are finite (the common case), so the search needs no clamp.
+    float absmax1 = with1 ? group_peak(peak1) : 0.0f;
+    float absmax2 = with2 ? group_peak(peak2) : 0.0f;
+    bool within = both_finite(absmax1, absmax2);
+    if (!within) {
+        if (with1) absmax1 = absmax_of(s1);
+        if (with2) absmax2 = absmax_of(s2);
+    }
     const float inv1 = inverse_absmax(absmax1);
     const float inv2 = inverse_absmax(absmax2);
+    within = within && both_finite(inv1, inv2);
     unsigned q1[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
     unsigned q2[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
-    if (with1) quantize_slice<A, 1>(maps.bucket1, s1, inv1, within1 && fp::is_finite(inv1), q1);
-    if (with2) quantize_slice<A, 2>(maps.bucket2, s2, inv2, within2 && fp::is_finite(inv2), q2);
-    if (is_loaded) {
+    if (within) {
+        if (with1) quantize_slice<A, 1, true>(maps.bucket1, s1, inv1, q1);
+        if (with2) quantize_slice<A, 2, true>(maps.bucket2, s2, inv2, q2);
+    } else {
+        if (with1) quantize_slice<A, 1, false>(maps.bucket1, s1, inv1, q1);
+        if (with2) quantize_slice<A, 2, false>(maps.bucket2, s2, inv2, q2);
+    }
+    if (whole) {
         if (with1) {
             *reinterpret_cast<Vec2u*>(codes1) =
                 Vec2u{pack_codes(q1[0], q1[1], q1[2], q1[3]), pack_codes(q1[4], q1[5], q1[6], q1[7])};
@@ -543,16 +597,6 @@ __device__ __forceinline__ bool vector_path_ok(const OptimTensor& t, const Optim
     return ok;
 }
 
-// Where a thread's slice of tile `tile` lies: its first element and how many (0 to per_thread)
-// fall before `limit`.
-template <int kTile, int kPerThread>
-__device__ __forceinline__ void slice_place(i64 tile, i64 limit, i64& first, int& count) {
-    const i64 begin = tile * kTile;
-    const i64 end = begin + kTile < limit ? begin + kTile : limit;
-    first = begin + kPerThread * static_cast<i64>(threadIdx.x);
-    count = first >= end ? 0 : (end - first >= kPerThread ? kPerThread : static_cast<int>(end - first));
-}
-
 // Processes a run's tiles. In the norm pass, writes each tile's partial sum to t.unorm[1 + tile].
 template <int A, class D, bool kNormPass>
 __device__ __forceinline__ bool run_tiles_32bit(const TileRun& run, const OptimParams& hp, float* scratch) {
@@ -577,22 +621,34 @@ __device__ __forceinline__ bool run_tiles_32bit(const TileRun& run, const OptimP
 // Loading its own slices, each warp has one slice in flight and waits for it before each one: too
 // few bytes in flight to cover memory latency (on an H200 the warps stalled on loads over half the
 // time with memory at half its bandwidth; L2 prefetches and more resident warps did not help). Here
-// thread 0 has the tensor memory accelerator copy the tiles `stages` ahead into shared buffers while
-// the block computes: an mbarrier per buffer (`full`) says when a tile has landed, every thread then
-// reads its part into registers and arrives on the buffer's `empty` barrier, and thread 0 reuses the
-// buffer once all have. Tiles the copies cannot serve (a partial tile, arrays not 16-byte aligned)
-// are loaded directly; either way the tile routine gets the same values. A run's pipeline starts
-// with the run and drains by its end.
+// a producer warp (the block's ninth, kProducerThreads threads past the kThreads that compute) has
+// the tensor memory accelerator copy the block's tiles into kTileStages shared buffers, while the
+// other warps compute: an mbarrier per buffer (`full`) says when a tile has landed; every computing
+// thread then reads its part into registers and arrives on the buffer's `empty` barrier, and the
+// producer refills the buffer once all have. The producer walks the block's runs in the order the
+// block processes them, so the pipeline fills once per launch. Tiles the copies cannot serve (a
+// partial tile, arrays not 16-byte aligned) are loaded directly; either way the tile routine gets
+// the same values.
+// Note: thread 0 issued the copies at first, between its own tiles; its warp, with the most work,
+// set the block's pace, and the others spent a sixth to a third of their time waiting for tiles.
 
-// The pipeline's barrier phases: bit s of `full` is the parity of buffer s's next landing (every
-// thread); bits of `empty` and `pending` are thread 0's: the parity of buffer s's next release, and
-// whether a copy into buffer s awaits its release.
+// The pipeline's state in registers. Computing threads: the buffer of the next tile to take, and bit
+// s of `full`, the parity of buffer s's next landing. The producer: the buffer of the next copy, and
+// bits s of `empty` and `pending`: the parity of buffer s's next release, and whether a copy into
+// buffer s awaits its release.
 struct TilePipe {
-    bool on;  // the launch gave the buffers
+    bool on;            // the launch gave the buffers and the producer warp
+    unsigned barriers;  // the shared-memory address of full[0] (empty[s] follows full[])
+    unsigned take;
     unsigned full;
+    unsigned put;
     unsigned empty;
     unsigned pending;
 };
+
+__device__ __forceinline__ unsigned next_stage(unsigned stage) {
+    return stage + 1u == static_cast<unsigned>(kTileStages) ? 0u : stage + 1u;
+}
 
 #if CUDARC_OPTIM_TILE_COPIES
 extern __shared__ __align__(128) unsigned char cudarc_optim_tile_buffers[];
@@ -600,44 +656,67 @@ extern __shared__ __align__(128) unsigned char cudarc_optim_tile_buffers[];
 __device__ __forceinline__ unsigned shared_address(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
-__device__ __forceinline__ void wait_barrier(const unsigned long long* barrier, unsigned parity) {
+__device__ __forceinline__ unsigned full_barrier(const TilePipe& pipe, unsigned stage) {
+    return pipe.barriers + 8u * stage;
+}
+__device__ __forceinline__ unsigned empty_barrier(const TilePipe& pipe, unsigned stage) {
+    return pipe.barriers + 8u * (static_cast<unsigned>(kTileStages) + stage);
+}
+__device__ __forceinline__ void wait_barrier(unsigned barrier, unsigned parity) {
     unsigned landed;
     do {
         asm volatile(
             "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, "
             "0, p;\n\t}"
             : "=r"(landed)
-            : "r"(shared_address(barrier)), "r"(parity)
+            : "r"(barrier), "r"(parity)
+            : "memory");
+    } while (landed == 0);
+}
+// The producer's wait: try_wait with a long suspend-time hint (kProducerSuspend ns), so that the
+// thread sleeps in the barrier until the phase completes. Note: polling (try_wait's default time
+// limit, or a test and __nanosleep), the producers of an H200 issued a seventh of all instructions,
+// about 200 polls per tile, in slots the computing warps needed.
+constexpr unsigned kProducerSuspend = 1000000u;
+__device__ __forceinline__ void wait_barrier_suspended(unsigned barrier, unsigned parity) {
+    unsigned landed;
+    do {
+        asm volatile(
+            "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n\tselp.u32 %0, "
+            "1, 0, p;\n\t}"
+            : "=r"(landed)
+            : "r"(barrier), "r"(parity), "n"(kProducerSuspend)
             : "memory");
     } while (landed == 0);
 }
 __device__ __forceinline__ void bulk_copy(unsigned char* to, const void* from, unsigned bytes,
-                                          unsigned long long* barrier) {
+                                          unsigned barrier) {
     asm volatile(
         "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
             shared_address(to)),
-        "l"(__cvta_generic_to_global(from)), "r"(bytes), "r"(shared_address(barrier))
+        "l"(__cvta_generic_to_global(from)), "r"(bytes), "r"(barrier)
         : "memory");
 }
 #endif
 
-// Sets up the pipeline when the launch gave its dynamic shared memory (thread 0 initializes the
-// barriers; the caller's __syncthreads publishes them).
+// Sets up the pipeline when the launch gave its dynamic shared memory and the producer warp (thread 0
+// initializes the barriers; the caller's __syncthreads publishes them).
 template <class D>
 __device__ __forceinline__ TilePipe start_tile_pipe(BlockShared<true>& shared) {
-    TilePipe pipe = {false, 0u, 0u, 0u};
+    TilePipe pipe = {false, 0u, 0u, 0u, 0u, 0u, 0u};
 #if CUDARC_OPTIM_TILE_COPIES
     unsigned dynamic_bytes;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_bytes));
     if (dynamic_bytes <
-        static_cast<unsigned>(tile_pipeline_bytes(static_cast<int>(sizeof(typename D::Storage)))))
+            static_cast<unsigned>(tile_pipeline_bytes(static_cast<int>(sizeof(typename D::Storage)))) ||
+        blockDim.x != static_cast<unsigned>(kThreads + kProducerThreads))
         return pipe;
     pipe.on = true;
+    pipe.barriers = shared_address(&shared.full[0]);
     if (threadIdx.x == 0) {
-        for (int s = 0; s < kTileStages; ++s) {
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(&shared.full[s]))
-                         : "memory");
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(&shared.empty[s])),
+        for (unsigned s = 0; s < static_cast<unsigned>(kTileStages); ++s) {
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(full_barrier(pipe, s)) : "memory");
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(empty_barrier(pipe, s)),
                          "r"(kThreads)
                          : "memory");
         }
@@ -648,8 +727,7 @@ __device__ __forceinline__ TilePipe start_tile_pipe(BlockShared<true>& shared) {
     return pipe;
 }
 
-// Whether the copies can serve a tensor (its arrays are 16-byte aligned), and then tile `index` of a
-// run (a whole tile).
+// Whether the copies can serve a run's tensor: its arrays are 16-byte aligned.
 template <int A>
 __device__ __forceinline__ bool copies_fit(const OptimTensor& t, const OptimParams& hp) {
     unsigned long long misaligned =
@@ -662,25 +740,22 @@ __device__ __forceinline__ bool copies_fit(const OptimTensor& t, const OptimPara
             reinterpret_cast<unsigned long long>(t.state2) | reinterpret_cast<unsigned long long>(t.absmax2);
     return (misaligned & 15ull) == 0;
 }
-__device__ __forceinline__ bool tile_copied(const TileRun& run, bool fits, i64 index) {
-    const i64 tile = run.first + index * run.stride;
-    return fits && tile < run.end && (tile + 1) * kTile8 <= run.limit;
-}
 
-// Thread 0: copies tile `index` of the run into buffer `stage`, once the buffer's last tile is taken.
+// The producer: copies tile `tile` of a run into the next buffer, once that buffer's last tile is taken.
 template <int A, class D>
-__device__ __forceinline__ void issue_tile(TilePipe& pipe, BlockShared<true>& shared, unsigned stage,
-                                           const TileRun& run, i64 index, const OptimParams& hp) {
+__device__ __forceinline__ void issue_tile(TilePipe& pipe, const TileRun& run, i64 tile,
+                                           const OptimParams& hp) {
 #if CUDARC_OPTIM_TILE_COPIES
     typedef typename D::Storage S;
+    const unsigned stage = pipe.put;
     if ((pipe.pending >> stage) & 1u) {
-        wait_barrier(&shared.empty[stage], (pipe.empty >> stage) & 1u);
+        wait_barrier_suspended(empty_barrier(pipe, stage), (pipe.empty >> stage) & 1u);
         pipe.empty ^= 1u << stage;
     }
     pipe.pending |= 1u << stage;
+    pipe.put = next_stage(stage);
     const bool with1 = uses_state1(A, hp);
     const bool with2 = uses_state2(A);
-    const i64 tile = run.first + index * run.stride;
     const i64 begin = tile * kTile8;
     const unsigned data = kTile8 * static_cast<unsigned>(sizeof(S));
     const unsigned absmax_bytes = (kTile8 / kQuantBlock) * 4u;
@@ -688,10 +763,8 @@ __device__ __forceinline__ void issue_tile(TilePipe& pipe, BlockShared<true>& sh
         2u * data + (with1 ? kTile8 + absmax_bytes : 0u) + (with2 ? kTile8 + absmax_bytes : 0u);
     unsigned char* buffer = cudarc_optim_tile_buffers +
                             stage * static_cast<unsigned>(tile_buffer_bytes(static_cast<int>(sizeof(S))));
-    unsigned long long* full = &shared.full[stage];
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(full)),
-                 "r"(bytes)
-                 : "memory");
+    const unsigned full = full_barrier(pipe, stage);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(full), "r"(bytes) : "memory");
     bulk_copy(buffer, static_cast<const S*>(run.t.param) + begin, data, full);
     bulk_copy(buffer + data, static_cast<const S*>(run.t.grad) + begin, data, full);
     unsigned char* states = buffer + 2u * data;
@@ -707,14 +780,28 @@ __device__ __forceinline__ void issue_tile(TilePipe& pipe, BlockShared<true>& sh
 #endif
 }
 
-// Every thread: waits for buffer `stage`, reads its slice of the tile, and releases the buffer.
+// The producer (one thread): copies every whole tile of the block's runs whose arrays fit, in the
+// order the computing threads take them.
+template <int A, class D, class Runs>
+__device__ __forceinline__ void produce_tiles(TilePipe& pipe, const Runs& runs, const OptimParams& hp) {
+    TileRun run;
+    for (int r = 0; runs.template get<kTile8>(r, run); ++r) {
+        if (!copies_fit<A>(run.t, hp)) continue;
+        for (i64 tile = run.first; tile < run.end && (tile + 1) * kTile8 <= run.limit; tile += run.stride) {
+            issue_tile<A, D>(pipe, run, tile, hp);
+        }
+    }
+}
+
+// Every computing thread: waits for the next copied tile, reads its slice of it, and releases the buffer.
 template <int A, class D>
-__device__ __forceinline__ void take_tile(TilePipe& pipe, BlockShared<true>& shared, unsigned stage,
-                                          const OptimParams& hp, Slice8<D>& slice) {
+__device__ __forceinline__ void take_tile(TilePipe& pipe, const OptimParams& hp, Slice8<D>& slice) {
 #if CUDARC_OPTIM_TILE_COPIES
     typedef typename D::Storage S;
-    wait_barrier(&shared.full[stage], (pipe.full >> stage) & 1u);
+    const unsigned stage = pipe.take;
+    wait_barrier(full_barrier(pipe, stage), (pipe.full >> stage) & 1u);
     pipe.full ^= 1u << stage;
+    pipe.take = next_stage(stage);
     const unsigned char* buffer =
         cudarc_optim_tile_buffers +
         stage * static_cast<unsigned>(tile_buffer_bytes(static_cast<int>(sizeof(S))));
@@ -722,8 +809,8 @@ __device__ __forceinline__ void take_tile(TilePipe& pipe, BlockShared<true>& sha
     const unsigned char* states = buffer + 2u * data;
     const float* absmax = reinterpret_cast<const float*>(states + 2u * kTile8);
     const unsigned warp = threadIdx.x >> 5;
-    load_vec8(reinterpret_cast<const S*>(buffer) + 8 * threadIdx.x, slice.param);
-    load_vec8(reinterpret_cast<const S*>(buffer + data) + 8 * threadIdx.x, slice.grad);
+    slice.param.load(reinterpret_cast<const S*>(buffer) + 8 * threadIdx.x);
+    slice.grad.load(reinterpret_cast<const S*>(buffer + data) + 8 * threadIdx.x);
     slice.codes1 = Vec2u{0u, 0u};
     slice.codes2 = Vec2u{0u, 0u};
     slice.absmax1 = 0.0f;
@@ -736,9 +823,9 @@ __device__ __forceinline__ void take_tile(TilePipe& pipe, BlockShared<true>& sha
         slice.codes2 = reinterpret_cast<const Vec2u*>(states + kTile8)[threadIdx.x];
         slice.absmax2 = absmax[kTile8 / kQuantBlock + warp];
     }
-    // The reads (generic proxy) are done before thread 0's next copies (async proxy) write here.
+    // The reads (generic proxy) are done before the producer's next copies (async proxy) write here.
     asm volatile("fence.proxy.async.shared::cta;\n\tmbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(
-                     shared_address(&shared.empty[stage]))
+                     empty_barrier(pipe, stage))
                  : "memory");
 #endif
 }
@@ -747,42 +834,35 @@ __device__ __forceinline__ void take_tile(TilePipe& pipe, BlockShared<true>& sha
 template <int A, class D, bool kNormPass>
 __device__ __forceinline__ bool run_tiles_8bit(const TileRun& run, const OptimParams& hp,
                                                BlockShared<true>& maps, TilePipe& pipe) {
-    if (run.first >= run.end) return false;
     const OptimTensor& t = run.t;
     assume_global_arrays(t, uses_state1(A, hp), uses_state2(A));
     const bool vector_ok = vector_path_ok<A, D, 8>(t, hp, 1);
     const float scale = kNormPass ? 1.0f : tensor_update_scale(t, hp);
-    constexpr int kStages = kTileStages;
     const bool fits = pipe.on && copies_fit<A>(t, hp);
-    if (threadIdx.x == 0) {
-        for (int k = 0; k < kStages; ++k) {
-            if (tile_copied(run, fits, k)) issue_tile<A, D>(pipe, maps, static_cast<unsigned>(k), run, k, hp);
-        }
-    }
     bool saw_nonfinite = false;
-    i64 index = 0;
-    for (i64 tile = run.first; tile < run.end; tile += run.stride, ++index) {
-        i64 first;
-        int count;
-        slice_place<kTile8, 8>(tile, run.limit, first, count);
-        Slice8<D> current;
-        bool current_loaded;
-        const unsigned stage = static_cast<unsigned>(index % kStages);
-        if (tile_copied(run, fits, index)) {
-            take_tile<A, D>(pipe, maps, stage, hp, current);
-            current_loaded = true;
-            // The buffer goes to the tile kStages ahead.
-            if (threadIdx.x == 0 && tile_copied(run, fits, index + kStages)) {
-                issue_tile<A, D>(pipe, maps, stage, run, index + kStages, hp);
-            }
+    // Tiles by their first elements (kept apart from the tile numbers: less work per tile).
+    const i64 step = run.stride * kTile8;
+    const i64 end = run.end * kTile8;
+    for (i64 begin = run.first * kTile8; begin < end; begin += step) {
+        // This thread's elements: [first, first + count).
+        const bool whole_tile = begin + kTile8 <= run.limit;
+        const i64 first = begin + 8 * static_cast<i64>(threadIdx.x);
+        const i64 left = run.limit - first;
+        const int count = whole_tile || left >= 8 ? 8 : (left <= 0 ? 0 : static_cast<int>(left));
+        Slice8<D> slice;
+        bool whole;
+        if (fits && whole_tile) {
+            take_tile<A, D>(pipe, hp, slice);
+            whole = true;
         } else {
-            current_loaded = load_slice8<A, D>(t, hp, first, count, vector_ok, current);
+            whole = load_slice8<A, D>(t, hp, first, count, vector_ok, slice);
+            if (!whole) load_slice8_each<A, D>(t, hp, first, count, slice);
         }
-        float partial = tile_8bit<A, D, kNormPass>(t, hp, first, count, current, current_loaded, scale, maps,
-                                                   saw_nonfinite);
+        float partial =
+            tile_8bit<A, D, kNormPass>(t, hp, first, count, slice, whole, scale, maps, saw_nonfinite);
         if (kNormPass) {
             partial = block_sum(partial, maps.scratch);
-            if (threadIdx.x == 0) t.unorm[1 + tile] = partial;
+            if (threadIdx.x == 0) t.unorm[1 + begin / kTile8] = partial;
         }
     }
     return saw_nonfinite;
@@ -803,7 +883,7 @@ __device__ __forceinline__ bool run_tiles(BlockShared<false>& shared, const Tile
 // The tile pipeline of the 8-bit update pass (off elsewhere).
 template <class D, bool kEightBit, bool kNormPass>
 __device__ __forceinline__ TilePipe begin_tiles(BlockShared<kEightBit>& shared) {
-    TilePipe pipe = {false, 0u, 0u, 0u};
+    TilePipe pipe = {false, 0u, 0u, 0u, 0u, 0u, 0u};
     if constexpr (kEightBit && !kNormPass) pipe = start_tile_pipe<D>(shared);
     return pipe;
 }
@@ -815,23 +895,46 @@ __device__ __forceinline__ void stage_words(void* to, const void* from, int word
     for (int i = static_cast<int>(threadIdx.x); i < words / 4; i += kThreads) target[i] = source[i];
 }
 
-// Stages the maps the algorithm uses; every thread of the block must call it.
+// Stages the maps the algorithm uses (the computing threads copy them); every thread of the block
+// must call it.
 template <int A>
 __device__ __forceinline__ void stage_maps(BlockShared<true>& shared, const OptimParams& hp,
                                            const QuantMapImage* qmap1, const QuantMapImage* qmap2) {
-    if (uses_state1(A, hp)) {
-        stage_words(shared.code1, qmap1->code, 256);
-        stage_words(shared.bucket1, qmap1->bucket, uses_unsigned_map(A, 1) ? kMapBuckets : 2 * kMapBuckets);
-    }
-    if (uses_state2(A)) {
-        stage_words(shared.code2, qmap2->code, 256);
-        stage_words(shared.bucket2, qmap2->bucket, kMapBuckets);
+    if (threadIdx.x < kThreads) {
+        if (uses_state1(A, hp)) {
+            stage_words(shared.code1, qmap1->code, 256);
+            stage_words(shared.bucket1, qmap1->bucket,
+                        uses_unsigned_map(A, 1) ? kMapBuckets : 2 * kMapBuckets);
+        }
+        if (uses_state2(A)) {
+            stage_words(shared.code2, qmap2->code, 256);
+            stage_words(shared.bucket2, qmap2->bucket, kMapBuckets);
+        }
     }
     __syncthreads();
 }
 template <int A>
 __device__ __forceinline__ void stage_maps(BlockShared<false>&, const OptimParams&, const QuantMapImage*,
                                            const QuantMapImage*) {}
+
+// All of a block's runs, in order; returns whether a gradient was not finite. The producer warp, if
+// the launch has one, only copies tiles (one thread of it; the rest has nothing to do).
+template <int A, class D, bool kEightBit, bool kNormPass, class Runs>
+__device__ __forceinline__ bool run_all(BlockShared<kEightBit>& shared, const Runs& runs,
+                                        const OptimParams& hp, TilePipe& pipe) {
+    constexpr int kTile = kEightBit ? kTile8 : kTile32;
+    if (threadIdx.x >= kThreads) {
+        if (kEightBit && pipe.on && threadIdx.x == kThreads) produce_tiles<A, D>(pipe, runs, hp);
+        return false;
+    }
+    bool saw_nonfinite = false;
+    TileRun run;
+    for (int r = 0; runs.template get<kTile>(r, run); ++r) {
+        if (kNormPass && run.t.unorm == 0) continue;
+        saw_nonfinite = run_tiles<A, D, kNormPass>(shared, run, hp, pipe) || saw_nonfinite;
+    }
+    return saw_nonfinite;
+}
 
 template <int A, class D, bool kEightBit, bool kNormPass>
 __device__ __forceinline__ void tensor_kernel(const OptimTensor& t, const OptimParams& hp,
@@ -841,23 +944,14 @@ __device__ __forceinline__ void tensor_kernel(const OptimTensor& t, const OptimP
     if (kNormPass && (t.unorm == 0 || blocks_done == 0)) return;
     TilePipe pipe = begin_tiles<D, kEightBit, kNormPass>(shared);
     stage_maps<A>(shared, hp, qmap1, qmap2);  // (its __syncthreads also publishes the pipeline's barriers)
-    const int kTile = kEightBit ? kTile8 : kTile32;
-    const TileRun run = {t, blockIdx.x, (t.numel + kTile - 1) / kTile, gridDim.x, t.numel};
-    const bool saw_nonfinite = run_tiles<A, D, kNormPass>(shared, run, hp, pipe);
+    const TensorRuns runs = {t};
+    const bool saw_nonfinite = run_all<A, D, kEightBit, kNormPass>(shared, runs, hp, pipe);
+    if (threadIdx.x >= kThreads) return;
     if (kNormPass) {
-        finish_update_norms<kTile>(&t, 1, blocks_done, shared.scratch);
+        finish_update_norms<kEightBit ? kTile8 : kTile32>(&t, 1, blocks_done, shared.scratch);
     } else if (saw_nonfinite && nonfinite_flag != 0) {
         *nonfinite_flag = 1;
     }
-}
-
-// Chunk c's tiles.
-template <int kTile>
-__device__ __forceinline__ TileRun chunk_run(const OptimTensor* tensors, const OptimChunk* chunks, int c) {
-    const OptimChunk chunk = chunks[c];
-    const OptimTensor t = tensors[chunk.tensor];
-    const i64 chunk_end = chunk.offset + chunk.count < t.numel ? chunk.offset + chunk.count : t.numel;
-    return TileRun{t, chunk.offset / kTile, (chunk_end + kTile - 1) / kTile, 1, chunk_end};
 }
 
 // Block b processes chunks b, b + gridDim.x, ... (8-bit launches use one wave of blocks, so each
@@ -871,16 +965,11 @@ __device__ __forceinline__ void multi_tensor_kernel(const OptimTensor* tensors, 
     if (kNormPass && blocks_done == 0) return;
     TilePipe pipe = begin_tiles<D, kEightBit, kNormPass>(shared);
     stage_maps<A>(shared, hp, qmap1, qmap2);  // (its __syncthreads also publishes the pipeline's barriers)
-    const int kTile = kEightBit ? kTile8 : kTile32;
-    bool saw_nonfinite = false;
-    for (int c = static_cast<int>(blockIdx.x); c < num_chunks; c += static_cast<int>(gridDim.x)) {
-        const TileRun run = chunk_run<kTile>(tensors, chunks, c);
-        if (!kNormPass || run.t.unorm != 0) {
-            saw_nonfinite = run_tiles<A, D, kNormPass>(shared, run, hp, pipe) || saw_nonfinite;
-        }
-    }
+    const ChunkRuns runs = {tensors, chunks, num_chunks};
+    const bool saw_nonfinite = run_all<A, D, kEightBit, kNormPass>(shared, runs, hp, pipe);
+    if (threadIdx.x >= kThreads) return;
     if (kNormPass) {
-        finish_update_norms<kTile>(tensors, num_tensors, blocks_done, shared.scratch);
+        finish_update_norms<kEightBit ? kTile8 : kTile32>(tensors, num_tensors, blocks_done, shared.scratch);
     } else if (saw_nonfinite && nonfinite_flag != 0) {
         *nonfinite_flag = 1;
     }
@@ -889,33 +978,40 @@ __device__ __forceinline__ void multi_tensor_kernel(const OptimTensor* tensors, 
 }  // namespace cudarc_optim
 
 // Defines the four kernels of one (algorithm, dtype, state) triple; see kernel_abi.hpp for the names.
-// Note: on an H200 the 8-bit kernels ran fastest with their tile copies at 2 blocks of 256 threads per
-// SM (up to 128 registers; at 3 blocks and 80 registers the multi-tensor kernels spilled, and holding
-// their run in shared memory instead cost more than the third block gained). Without the copies (HIP,
-// before sm_90) they keep the 3 blocks that ran fastest before them (at 4 blocks, 64 registers, they
-// spill). On HIP the second __launch_bounds__ argument counts waves per SIMD, where 3 asks about the
-// same.
+// Note: on an H200 the 8-bit kernels ran fastest with their tile copies at 2 blocks per SM (256
+// computing threads and the producer warp each: up to 112 registers; at 3 blocks and 80 registers the
+// multi-tensor kernels spilled, and holding their run in shared memory instead cost more than the
+// third block gained). Without the copies (HIP, before sm_90) they keep 256 threads and the 3 blocks
+// that ran fastest before them (at 4 blocks, 64 registers, they spill). On HIP the second
+// __launch_bounds__ argument counts waves per SIMD, where 3 asks about the same.
 #if CUDARC_OPTIM_TILE_COPIES
 #define CUDARC_OPTIM_MIN_BLOCKS(EIGHT_BIT) ((EIGHT_BIT) ? 2 : 1)
+#define CUDARC_OPTIM_BLOCK_THREADS(EIGHT_BIT, NORM_PASS)                                   \
+    ((EIGHT_BIT) && !(NORM_PASS) ? cudarc_optim::kThreads + cudarc_optim::kProducerThreads \
+                                 : cudarc_optim::kThreads)
 #else
 #define CUDARC_OPTIM_MIN_BLOCKS(EIGHT_BIT) ((EIGHT_BIT) ? 3 : 1)
+#define CUDARC_OPTIM_BLOCK_THREADS(EIGHT_BIT, NORM_PASS) cudarc_optim::kThreads
 #endif
 #define CUDARC_OPTIM_TENSOR_KERNEL(NAME, ALGO_ENUM, DTYPE_TAG, EIGHT_BIT, NORM_PASS)                         \
-    extern "C" __global__ void __launch_bounds__(256, CUDARC_OPTIM_MIN_BLOCKS(EIGHT_BIT))                    \
+    extern "C" __global__ void __launch_bounds__(CUDARC_OPTIM_BLOCK_THREADS(EIGHT_BIT, NORM_PASS),           \
+                                                 CUDARC_OPTIM_MIN_BLOCKS(EIGHT_BIT))                         \
         NAME(cudarc_optim::OptimTensor tensor, cudarc_optim::OptimParams params,                             \
              const cudarc_optim::QuantMapImage* qmap1, const cudarc_optim::QuantMapImage* qmap2,             \
              int* nonfinite_flag, unsigned* blocks_done) {                                                   \
         cudarc_optim::tensor_kernel<cudarc_optim::ALGO_ENUM, cudarc_optim::DTYPE_TAG, EIGHT_BIT, NORM_PASS>( \
             tensor, params, qmap1, qmap2, nonfinite_flag, blocks_done);                                      \
     }
-#define CUDARC_OPTIM_MULTI_KERNEL(NAME, ALGO_ENUM, DTYPE_TAG, EIGHT_BIT, NORM_PASS)                       \
-    extern "C" __global__ void __launch_bounds__(256, CUDARC_OPTIM_MIN_BLOCKS(EIGHT_BIT)) NAME(           \
-        const cudarc_optim::OptimTensor* tensors, const cudarc_optim::OptimChunk* chunks, int num_chunks, \
-        int num_tensors, cudarc_optim::OptimParams params, const cudarc_optim::QuantMapImage* qmap1,      \
-        const cudarc_optim::QuantMapImage* qmap2, int* nonfinite_flag, unsigned* blocks_done) {           \
-        cudarc_optim::multi_tensor_kernel<cudarc_optim::ALGO_ENUM, cudarc_optim::DTYPE_TAG, EIGHT_BIT,    \
-                                          NORM_PASS>(tensors, chunks, num_chunks, num_tensors, params,    \
-                                                     qmap1, qmap2, nonfinite_flag, blocks_done);          \
+#define CUDARC_OPTIM_MULTI_KERNEL(NAME, ALGO_ENUM, DTYPE_TAG, EIGHT_BIT, NORM_PASS)                    \
+    extern "C" __global__ void __launch_bounds__(CUDARC_OPTIM_BLOCK_THREADS(EIGHT_BIT, NORM_PASS),     \
+                                                 CUDARC_OPTIM_MIN_BLOCKS(EIGHT_BIT))                   \
+        NAME(const cudarc_optim::OptimTensor* tensors, const cudarc_optim::OptimChunk* chunks,         \
+             int num_chunks, int num_tensors, cudarc_optim::OptimParams params,                        \
+             const cudarc_optim::QuantMapImage* qmap1, const cudarc_optim::QuantMapImage* qmap2,       \
+             int* nonfinite_flag, unsigned* blocks_done) {                                             \
+        cudarc_optim::multi_tensor_kernel<cudarc_optim::ALGO_ENUM, cudarc_optim::DTYPE_TAG, EIGHT_BIT, \
+                                          NORM_PASS>(tensors, chunks, num_chunks, num_tensors, params, \
+                                                     qmap1, qmap2, nonfinite_flag, blocks_done);       \
     }
 #define CUDARC_OPTIM_DEFINE_KERNELS(ALGORITHM, ALGO_ENUM, DTYPE, DTYPE_TAG, BITS, EIGHT_BIT)           \
     CUDARC_OPTIM_TENSOR_KERNEL(cudarc_optim_##ALGORITHM##_##DTYPE##_##BITS##_tensor_update, ALGO_ENUM, \

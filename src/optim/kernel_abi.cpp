@@ -212,6 +212,11 @@ std::size_t dynamic_shared_bytes(StateFormat format, DType dtype, int major) noe
         cudarc_optim::tile_pipeline_bytes(static_cast<int>(element_bytes(dtype))));
 }
 
+unsigned update_block_threads(StateFormat format, int major) noexcept {
+    const bool copies = format == StateFormat::blockwise8 && major >= 9;
+    return kBlockThreads + (copies ? static_cast<unsigned>(cudarc_optim::kProducerThreads) : 0u);
+}
+
 unsigned recommended_grid(std::int64_t numel, StateFormat format, int multiprocessors,
                           int resident_per_multiprocessor) {
     const std::int64_t tiles = std::max<std::int64_t>(1, tile_count(numel, format));

@@ -20,8 +20,10 @@
 // unorm pass only; a device counter that is 0 before the launch and that the launch leaves at 0. One counter
 // must not serve two launches that may run at the same time.
 //
-// Launch shape: blockDim = (256, 1, 1). Dynamic shared memory: dynamic_shared_bytes() for the 8-bit
-// update pass on sm_90 and later (its slice pipeline; with less the kernels load directly), else none.
+// Launch shape: blockDim = (256, 1, 1), except the 8-bit update pass on sm_90 and later:
+// update_block_threads() (256 threads that compute and a producer warp that copies tiles), with
+// dynamic_shared_bytes() of dynamic shared memory (its tile buffers). Given 256 threads or less shared
+// memory, those kernels load directly. Other launches take no dynamic shared memory.
 //     tensor layout: any gridDim.x >= 1 (grid-stride over tiles); recommended_grid() picks the fastest.
 //     multi layout: any gridDim.x >= 1 (block b processes chunks b, b + gridDim.x, ...);
 //     recommended_multi_grid() picks it.
@@ -172,8 +174,11 @@ inline constexpr std::int64_t kQuantBlock = 256;  // elements per absmax
 }
 
 // Dynamic shared memory for the update pass of (format, dtype) on a device of compute capability
-// `major` (CUDA; 0 for HIP): the 8-bit kernels' slice buffers on sm_90 and later, else 0.
+// `major` (CUDA; 0 for HIP): the 8-bit kernels' tile buffers on sm_90 and later, else 0.
 [[nodiscard]] std::size_t dynamic_shared_bytes(StateFormat format, DType dtype, int major) noexcept;
+// Threads per block of the update pass: kBlockThreads plus the producer warp of the 8-bit kernels'
+// tile copies on sm_90 and later.
+[[nodiscard]] unsigned update_block_threads(StateFormat format, int major) noexcept;
 
 // Grid for the tensor layout (the kernels accept any grid). fp32 state: one block per tile, which
 // measured fastest on an H200 (fp32 AdamW at 256M parameters moved 4.25 TB/s, the copy rate, against

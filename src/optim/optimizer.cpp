@@ -34,6 +34,12 @@ using cudarc::detail::prepare_access;
 
 constexpr unsigned kBlockThreads = abi::kBlockThreads;
 
+// The launch of an update pass: `config`'s grid, with the block size and dynamic shared memory the
+// set's update kernels take (the 8-bit tile copies' producer warp and buffers).
+LaunchConfig update_config(const LaunchConfig& config, const KernelSet& set) {
+    return LaunchConfig{config.grid, set.update_block_threads, set.update_shared_bytes};
+}
+
 const void* as_pointer(DevicePtr address) noexcept {
     return reinterpret_cast<const void*>(static_cast<std::uintptr_t>(address));
 }
@@ -178,6 +184,7 @@ const KernelSet& OptimizerState::kernels_for(ElementType type) {
     if (format == StateFormat::blockwise8) {
         const int major = device.backend() == Backend::cuda ? device.compute_capability().major : 0;
         set.update_shared_bytes = static_cast<unsigned>(abi::dynamic_shared_bytes(format, dtype, major));
+        set.update_block_threads = abi::update_block_threads(format, major);
         if (set.update_shared_bytes > 0) {
             set.tensor_update.set_max_dynamic_shared_memory(set.update_shared_bytes);
             set.multi_update.set_max_dynamic_shared_memory(set.update_shared_bytes);
@@ -185,8 +192,8 @@ const KernelSet& OptimizerState::kernels_for(ElementType type) {
         // 8-bit launches use one wave of resident blocks, so each stages its code maps once.
         int resident = INT_MAX;
         for (const Function* f : {&set.tensor_update.function(), &set.multi_update.function()}) {
-            resident = std::min(
-                resident, f->max_active_blocks_per_multiprocessor(kBlockThreads, set.update_shared_bytes));
+            resident = std::min(resident, f->max_active_blocks_per_multiprocessor(set.update_block_threads,
+                                                                                  set.update_shared_bytes));
         }
         for (const Function* f : {&set.tensor_unorm.function(), &set.multi_unorm.function()}) {
             resident = std::min(resident, f->max_active_blocks_per_multiprocessor(kBlockThreads, 0));
@@ -296,8 +303,8 @@ void OptimizerState::step_tensor(Stream* stream, LaunchPath path, GroupId id, st
         g.arena.prefetch(s, t.begin, t.end - t.begin);
         const LaunchConfig config{grid, kBlockThreads};
         if (clip) launch(s, config, set.tensor_unorm, desc, params, qmap1, qmap2, flag, blocks_done);
-        launch(s, config.with_shared_memory(set.update_shared_bytes), set.tensor_update, desc, params, qmap1,
-               qmap2, flag, blocks_done);
+        launch(s, update_config(config, set), set.tensor_update, desc, params, qmap1, qmap2, flag,
+               blocks_done);
     } else {
         // The pattern cudarc replaces: the legacy NULL stream, then a device-wide synchronize.
         device_state.bind();
@@ -306,14 +313,14 @@ void OptimizerState::step_tensor(Stream* stream, LaunchPath path, GroupId id, st
         abi::TensorDesc desc_arg = desc;
         abi::KernelParams params_arg = params;
         void* args[] = {&desc_arg, &params_arg, &qmap1, &qmap2, &flag, &blocks_done};
-        auto raw_launch = [&](const TensorKernel& kernel, unsigned shared_bytes) {
-            device_state.check(api.launch_kernel(kernel.native(), grid, 1, 1, kBlockThreads, 1, 1,
-                                                 shared_bytes, sys::legacy_stream(), args, nullptr),
+        auto raw_launch = [&](const TensorKernel& kernel, unsigned threads, unsigned shared_bytes) {
+            device_state.check(api.launch_kernel(kernel.native(), grid, 1, 1, threads, 1, 1, shared_bytes,
+                                                 sys::legacy_stream(), args, nullptr),
                                "cuLaunchKernel");
             AtomicCounters::bump(device_state.counters().kernel_launches);
         };
-        if (clip) raw_launch(set.tensor_unorm, 0);
-        raw_launch(set.tensor_update, set.update_shared_bytes);
+        if (clip) raw_launch(set.tensor_unorm, kBlockThreads, 0);
+        raw_launch(set.tensor_update, set.update_block_threads, set.update_shared_bytes);
         device_state.check(api.ctx_synchronize(), "cuCtxSynchronize");
         AtomicCounters::bump(device_state.counters().context_synchronizes);
     }
@@ -406,8 +413,8 @@ void OptimizerState::step_group(Stream& stream, GroupId id, std::span<const Para
                 launch(stream, config, set.multi_unorm, descs, chunks, chunk_count, count, plan.params, qmap1,
                        qmap2, flag, blocks_done);
             }
-            launch(stream, config.with_shared_memory(set.update_shared_bytes), set.multi_update, descs,
-                   chunks, chunk_count, count, plan.params, qmap1, qmap2, flag, blocks_done);
+            launch(stream, update_config(config, set), set.multi_update, descs, chunks, chunk_count, count,
+                   plan.params, qmap1, qmap2, flag, blocks_done);
         }
         for (const std::size_t i : bucket.tensors) ++g.steps[i];
     }

@@ -35,6 +35,7 @@ struct KernelSet {
     MultiKernel multi_unorm;
     int resident_per_multiprocessor = 1;  // blocks of these kernels that fit on one multiprocessor
     unsigned update_shared_bytes = 0;  // dynamic shared memory of the update pass (abi::dynamic_shared_bytes)
+    unsigned update_block_threads = abi::kBlockThreads;  // its block size (abi::update_block_threads)
 };
 
 // Page-locked staging for table uploads. Note: a buffer is reused only when its last copy has completed

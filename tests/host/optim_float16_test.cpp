@@ -122,6 +122,25 @@ TEST_CASE("optim.bf16_every_pattern_round_trips_through_float") {
     CHECK(nans == 2 * 127);
 }
 
+// The 8-bit kernels widen parameters and gradients two to a word (first value in the low half).
+TEST_CASE("optim.values_widen_from_either_half_of_a_word") {
+    for (std::uint32_t b = 0; b <= 0xffffu; b += 7) {
+        const auto h = static_cast<std::uint16_t>(b);
+        const std::uint32_t other = 0xffffu - b;  // a different value in the other half
+        CAPTURE(b);
+        const float half = cudarc_optim::half_to_float(h);
+        const float bf16 = cudarc_optim::bf16_to_float(h);
+        REQUIRE(std::bit_cast<std::uint32_t>(cudarc_optim::F16::load_half(b | (other << 16), false)) ==
+                std::bit_cast<std::uint32_t>(half));
+        REQUIRE(std::bit_cast<std::uint32_t>(cudarc_optim::F16::load_half(other | (b << 16), true)) ==
+                std::bit_cast<std::uint32_t>(half));
+        REQUIRE(std::bit_cast<std::uint32_t>(cudarc_optim::BF16::load_half(b | (other << 16), false)) ==
+                std::bit_cast<std::uint32_t>(bf16));
+        REQUIRE(std::bit_cast<std::uint32_t>(cudarc_optim::BF16::load_half(other | (b << 16), true)) ==
+                std::bit_cast<std::uint32_t>(bf16));
+    }
+}
+
 TEST_CASE("optim.float_to_half_rounds_to_nearest_even") {
     std::vector<float> probes = probe_floats(65520.0);
     // Edges: the largest half, the overflow midpoint, the smallest subnormal and ties around it.

@@ -260,6 +260,15 @@ TEST_CASE("optim.abi_state_workspace_and_grid") {
     CHECK(abi::recommended_multi_grid(16384, StateFormat::fp32, 132, 3) == 16384);  // one block per chunk
 }
 
+TEST_CASE("optim.abi_8bit_updates_on_sm90_and_later_bring_a_producer_warp") {
+    // 256 computing threads, and 32 more whose first issues the tile copies.
+    CHECK(abi::update_block_threads(StateFormat::blockwise8, 9) == 288u);
+    CHECK(abi::update_block_threads(StateFormat::blockwise8, 10) == 288u);
+    CHECK(abi::update_block_threads(StateFormat::blockwise8, 8) == abi::kBlockThreads);
+    CHECK(abi::update_block_threads(StateFormat::blockwise8, 0) == abi::kBlockThreads);  // HIP
+    CHECK(abi::update_block_threads(StateFormat::fp32, 9) == abi::kBlockThreads);
+}
+
 TEST_CASE("optim.abi_dynamic_shared_memory_is_the_8bit_tile_buffers_on_sm90_and_later") {
     // Three buffers, each a tile of 2048 parameters, gradients and two codes, and 2 x 8 absmax values.
     CHECK(abi::dynamic_shared_bytes(StateFormat::blockwise8, DType::bf16, 9) == 3 * (2048 * 6 + 64));
