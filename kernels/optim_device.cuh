@@ -673,10 +673,10 @@ __device__ __forceinline__ void wait_barrier(unsigned barrier, unsigned parity) 
             : "memory");
     } while (landed == 0);
 }
-// The producer's wait: try_wait with a long suspend-time hint (kProducerSuspend ns), so that the
-// thread sleeps in the barrier until the phase completes. Note: polling (try_wait's default time
+// The producer's wait: try_wait with a long suspend-time hint (kProducerSuspend ns), which lets the
+// thread sleep in the barrier until the phase completes. Note: polling (try_wait's default time
 // limit, or a test and __nanosleep), the producers of an H200 issued a seventh of all instructions,
-// about 200 polls per tile, in slots the computing warps needed.
+// about 200 polls per tile (that the hint stops this is not yet confirmed by a profile).
 constexpr unsigned kProducerSuspend = 1000000u;
 __device__ __forceinline__ void wait_barrier_suspended(unsigned barrier, unsigned parity) {
     unsigned landed;
