@@ -637,13 +637,13 @@ __device__ __forceinline__ bool run_tiles_32bit(const TileRun& run, const OptimP
 // bits s of `empty` and `pending`: the parity of buffer s's next release, and whether a copy into
 // buffer s awaits its release.
 struct TilePipe {
-    bool on;            // the launch gave the buffers and the producer warp
-    unsigned barriers;  // the shared-memory address of full[0] (empty[s] follows full[])
-    unsigned take;
-    unsigned full;
-    unsigned put;
-    unsigned empty;
-    unsigned pending;
+    bool on = false;         // the launch gave the buffers and the producer warp
+    unsigned barriers = 0u;  // the shared-memory address of full[0] (empty[s] follows full[])
+    unsigned take = 0u;
+    unsigned full = 0u;
+    unsigned put = 0u;
+    unsigned empty = 0u;
+    unsigned pending = 0u;
 };
 
 __device__ __forceinline__ unsigned next_stage(unsigned stage) {
@@ -662,31 +662,31 @@ __device__ __forceinline__ unsigned full_barrier(const TilePipe& pipe, unsigned 
 __device__ __forceinline__ unsigned empty_barrier(const TilePipe& pipe, unsigned stage) {
     return pipe.barriers + 8u * (static_cast<unsigned>(kTileStages) + stage);
 }
+// Waits until the barrier's phase of the given parity completes. kSuspended (the producer): try_wait
+// with a long suspend-time hint (kProducerSuspend ns), which lets the thread sleep in the barrier
+// until then. Note: polling (try_wait's default time limit, or a test and __nanosleep), the producers
+// of an H200 issued a seventh of all instructions, about 200 polls per tile (that the hint stops this
+// is not yet confirmed by a profile).
+constexpr unsigned kProducerSuspend = 1000000u;
+template <bool kSuspended>
 __device__ __forceinline__ void wait_barrier(unsigned barrier, unsigned parity) {
     unsigned landed;
     do {
-        asm volatile(
-            "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, "
-            "0, p;\n\t}"
-            : "=r"(landed)
-            : "r"(barrier), "r"(parity)
-            : "memory");
-    } while (landed == 0);
-}
-// The producer's wait: try_wait with a long suspend-time hint (kProducerSuspend ns), which lets the
-// thread sleep in the barrier until the phase completes. Note: polling (try_wait's default time
-// limit, or a test and __nanosleep), the producers of an H200 issued a seventh of all instructions,
-// about 200 polls per tile (that the hint stops this is not yet confirmed by a profile).
-constexpr unsigned kProducerSuspend = 1000000u;
-__device__ __forceinline__ void wait_barrier_suspended(unsigned barrier, unsigned parity) {
-    unsigned landed;
-    do {
-        asm volatile(
-            "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n\tselp.u32 %0, "
-            "1, 0, p;\n\t}"
-            : "=r"(landed)
-            : "r"(barrier), "r"(parity), "n"(kProducerSuspend)
-            : "memory");
+        if constexpr (kSuspended) {
+            asm volatile(
+                "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n\tselp.u32 "
+                "%0, 1, 0, p;\n\t}"
+                : "=r"(landed)
+                : "r"(barrier), "r"(parity), "n"(kProducerSuspend)
+                : "memory");
+        } else {
+            asm volatile(
+                "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, "
+                "1, 0, p;\n\t}"
+                : "=r"(landed)
+                : "r"(barrier), "r"(parity)
+                : "memory");
+        }
     } while (landed == 0);
 }
 __device__ __forceinline__ void bulk_copy(unsigned char* to, const void* from, unsigned bytes,
@@ -703,7 +703,7 @@ __device__ __forceinline__ void bulk_copy(unsigned char* to, const void* from, u
 // initializes the barriers; the caller's __syncthreads publishes them).
 template <class D>
 __device__ __forceinline__ TilePipe start_tile_pipe(BlockShared<true>& shared) {
-    TilePipe pipe = {false, 0u, 0u, 0u, 0u, 0u, 0u};
+    TilePipe pipe;
 #if CUDARC_OPTIM_TILE_COPIES
     unsigned dynamic_bytes;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_bytes));
@@ -749,7 +749,7 @@ __device__ __forceinline__ void issue_tile(TilePipe& pipe, const TileRun& run, i
     typedef typename D::Storage S;
     const unsigned stage = pipe.put;
     if ((pipe.pending >> stage) & 1u) {
-        wait_barrier_suspended(empty_barrier(pipe, stage), (pipe.empty >> stage) & 1u);
+        wait_barrier<true>(empty_barrier(pipe, stage), (pipe.empty >> stage) & 1u);
         pipe.empty ^= 1u << stage;
     }
     pipe.pending |= 1u << stage;
@@ -799,7 +799,7 @@ __device__ __forceinline__ void take_tile(TilePipe& pipe, const OptimParams& hp,
 #if CUDARC_OPTIM_TILE_COPIES
     typedef typename D::Storage S;
     const unsigned stage = pipe.take;
-    wait_barrier(full_barrier(pipe, stage), (pipe.full >> stage) & 1u);
+    wait_barrier<false>(full_barrier(pipe, stage), (pipe.full >> stage) & 1u);
     pipe.full ^= 1u << stage;
     pipe.take = next_stage(stage);
     const unsigned char* buffer =
@@ -883,7 +883,7 @@ __device__ __forceinline__ bool run_tiles(BlockShared<false>& shared, const Tile
 // The tile pipeline of the 8-bit update pass (off elsewhere).
 template <class D, bool kEightBit, bool kNormPass>
 __device__ __forceinline__ TilePipe begin_tiles(BlockShared<kEightBit>& shared) {
-    TilePipe pipe = {false, 0u, 0u, 0u, 0u, 0u, 0u};
+    TilePipe pipe;
     if constexpr (kEightBit && !kNormPass) pipe = start_tile_pipe<D>(shared);
     return pipe;
 }
