@@ -85,6 +85,10 @@ class Device {
     [[nodiscard]] MemoryInfo memory_info() const;
     // A raw device attribute, by the CUDA driver API's CUdevice_attribute number.
     [[nodiscard]] int attribute(int cu_device_attribute) const;
+    // Whether DeviceSlice::managed memory works here as paged memory should: the device accesses it
+    // concurrently with the host (CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS) and the driver can
+    // prefetch it. Where not, managed slices may still be allocated, but prefetch does nothing.
+    [[nodiscard]] bool supports_managed_memory() const;
 
     // The device's default stream (see the note above).
     [[nodiscard]] Stream& default_stream() const noexcept;

@@ -44,6 +44,17 @@ void launch(Stream& stream, const LaunchConfig& config, const Kernel<void(Params
     }
 }
 
+// Orders work about to be enqueued on `stream` that reaches `view`'s memory through a raw address rather than
+// a slice argument (a kernel that reads buffer addresses from a table in device memory, say) after
+// conflicting earlier work on other streams, exactly as a launch orders its slice arguments: a
+// DeviceView<T> counts as written, a DeviceView<const T> as read. Throws cudarc::Error for memory of
+// another device, waiting for nothing.
+template <typename T>
+void prepare_indirect_access(Stream& stream, DeviceView<T> view) {
+    detail::prepare_access(stream, view.buffer(),
+                           std::is_const_v<T> ? detail::Access::read : detail::Access::write);
+}
+
 // One argument of a dynamic launch: its bytes, and for a slice or view the buffer it reads or writes.
 // Values up to kInlineBytes are copied in (so `KernelArg::value(3)` is safe); larger ones are referenced
 // and must outlive the launch call.

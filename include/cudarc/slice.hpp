@@ -38,6 +38,8 @@ class DeviceView {
     [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
     // The raw address. Using it outside cudarc bypasses hazard tracking: see DeviceSlice::record_stream.
     [[nodiscard]] DevicePtr device_ptr() const noexcept { return ptr_; }
+    // The ordinal of the device whose memory this is (-1 for a view of an empty slice).
+    [[nodiscard]] int device_ordinal() const noexcept { return buffer_->device_ordinal(); }
     [[nodiscard]] detail::Buffer& buffer() const noexcept { return *buffer_; }
 
     // Elements [offset, offset + count). Throws cudarc::Error when out of range.
@@ -79,6 +81,14 @@ class DeviceSlice {
         DeviceSlice slice = uninitialized(stream, count);
         slice.fill_zero(stream);
         return slice;
+    }
+    // `count` elements of managed (unified) memory with unspecified contents: one address that the host and
+    // the device share, whose pages the driver migrates on demand and may evict under memory pressure.
+    // Otherwise an ordinary slice (hazard tracking, launches, copies); cudarc::prefetch moves its pages to
+    // the device ahead of use. Freeing it waits on the host for its last uses, since managed memory has no
+    // stream-ordered free. Throws cudarc::Error when the driver has no managed memory.
+    [[nodiscard]] static DeviceSlice managed(Stream& stream, std::size_t count) {
+        return DeviceSlice(detail::Buffer::managed(stream, count * sizeof(T)), count);
     }
     // A copy of `host` (the host memory may be reused as soon as this returns).
     [[nodiscard]] static DeviceSlice from_host(Stream& stream, std::span<const T> host) {
@@ -144,5 +154,16 @@ class DeviceSlice {
     detail::Buffer buffer_;
     std::size_t size_ = 0;
 };
+
+// The bytes of a view, like std::as_bytes / std::as_writable_bytes: the same memory and hazard state.
+template <typename T>
+[[nodiscard]] DeviceView<const std::byte> as_bytes(DeviceView<T> view) noexcept {
+    return DeviceView<const std::byte>(view.buffer(), view.device_ptr(), view.bytes());
+}
+template <typename T>
+requires(!std::is_const_v<T>)
+    [[nodiscard]] DeviceView<std::byte> as_writable_bytes(DeviceView<T> view) noexcept {
+    return DeviceView<std::byte>(view.buffer(), view.device_ptr(), view.bytes());
+}
 
 }  // namespace cudarc

@@ -50,6 +50,9 @@ class Stream {
     void synchronize();
     // True when all work submitted so far has completed. Never blocks.
     [[nodiscard]] bool query() const;
+    // True while work on this stream is being captured into a graph (an invalidated capture counts until
+    // it is ended). One driver query; never blocks.
+    [[nodiscard]] bool is_capturing() const;
 
     [[nodiscard]] NativeStream native() const noexcept;
     [[nodiscard]] bool owned() const noexcept;

@@ -80,12 +80,7 @@ void DriverBackend::release_event(EventHandle event) noexcept {
 }
 
 bool DriverBackend::stream_capturing(StreamKey stream) {
-    // A driver without the query cannot capture either.
-    if (api_.stream_is_capturing == nullptr) return false;
-    int status = sys::kStreamCaptureStatusNone;
-    sys::check(api_, api_.stream_is_capturing(to_stream(stream), &status), "cuStreamIsCapturing", device_);
-    // Note: an invalidated capture is still a capture until it is ended.
-    return status != sys::kStreamCaptureStatusNone;
+    return sys::stream_is_capturing(api_, to_stream(stream), device_);
 }
 
 std::pair<std::size_t, std::size_t> DriverBackend::memory_info() {

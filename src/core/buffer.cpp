@@ -80,20 +80,28 @@ std::vector<StreamUse> HazardState::take_uses() {
     return uses;
 }
 
-Buffer::Buffer(Stream& stream, std::size_t bytes)
+Buffer::Buffer(Stream& stream, std::size_t bytes) : Buffer(stream, bytes, stream.state().device().memory()) {}
+
+Buffer Buffer::managed(Stream& stream, std::size_t bytes) {
+    return Buffer(stream, bytes, stream.state().device().managed_memory());
+}
+
+Buffer::Buffer(Stream& stream, std::size_t bytes, MemoryResource& source)
     : device_(stream.state().device().shared_from_this()),
+      source_(&source),
       bytes_(bytes),
       home_(stream.shared_state()),
       hazards_(stream.shared_state()) {
     if (bytes == 0) return;
     device_->bind();
-    const MemoryBlock block = device_->memory().allocate(bytes, stream.state());
+    const MemoryBlock block = source.allocate(bytes, stream.state());
     ptr_ = block.ptr;
     allocation_ = block.handle;
 }
 
 Buffer::Buffer(Buffer&& other) noexcept
     : device_(std::move(other.device_)),
+      source_(std::exchange(other.source_, nullptr)),
       ptr_(std::exchange(other.ptr_, 0)),
       bytes_(std::exchange(other.bytes_, 0)),
       allocation_(std::exchange(other.allocation_, nullptr)),
@@ -104,6 +112,7 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
     if (this != &other) {
         release();
         device_ = std::move(other.device_);
+        source_ = std::exchange(other.source_, nullptr);
         ptr_ = std::exchange(other.ptr_, 0);
         bytes_ = std::exchange(other.bytes_, 0);
         allocation_ = std::exchange(other.allocation_, nullptr);
@@ -130,15 +139,20 @@ void Buffer::release() noexcept {
             } catch (...) {
             }
         }
-        device_->memory().deallocate(MemoryBlock{ptr_, allocation_}, bytes_, *home_, std::move(uses));
+        source_->deallocate(MemoryBlock{ptr_, allocation_}, bytes_, *home_, std::move(uses));
     } else {
         for (StreamUse& use : hazards_.take_uses()) release_event(use);
     }
     ptr_ = 0;
     allocation_ = nullptr;
     bytes_ = 0;
+    source_ = nullptr;
     home_.reset();
     device_.reset();
+}
+
+bool Buffer::managed() const noexcept {
+    return source_ != nullptr && source_->managed();
 }
 
 int Buffer::device_ordinal() const noexcept {
@@ -174,17 +188,19 @@ void copy_device_to_host(Stream& stream, void* dst, Buffer& src, DevicePtr src_p
     const sys::DriverApi& api = device.api();
     device.check(api.memcpy_dtoh_async(dst, src_ptr, bytes, stream.native()), "cuMemcpyDtoHAsync");
     // Note: into pageable memory the "async" copy returns only once the data is there, so a synchronize
-    // would be redundant. Only page-locked memory needs one.
-    unsigned memory_type = 0;
-    int attribute = sys::kPointerAttributeMemoryType;
-    void* data[] = {&memory_type};
-    const bool page_locked =
-        api.pointer_get_attributes == nullptr ||
-        api.pointer_get_attributes(1, &attribute, data,
-                                   static_cast<DevicePtr>(reinterpret_cast<std::uintptr_t>(dst))) !=
-            sys::kSuccess ||
-        memory_type != 0;
-    if (page_locked) {
+    // would be redundant. Only page-locked memory needs one, and a managed source, for which no driver
+    // documentation spells out when the copy returns.
+    auto page_locked = [&] {
+        unsigned memory_type = 0;
+        int attribute = sys::kPointerAttributeMemoryType;
+        void* data[] = {&memory_type};
+        return api.pointer_get_attributes == nullptr ||
+               api.pointer_get_attributes(1, &attribute, data,
+                                          static_cast<DevicePtr>(reinterpret_cast<std::uintptr_t>(dst))) !=
+                   sys::kSuccess ||
+               memory_type != 0;
+    };
+    if (src.managed() || page_locked()) {
         device.check(api.stream_synchronize(stream.native()), "cuStreamSynchronize");
         AtomicCounters::bump(device.counters().stream_synchronizes);
     } else {
@@ -216,6 +232,17 @@ void memset_bytes(Stream& stream, Buffer& dst, DevicePtr dst_ptr, unsigned char 
     } else {
         device.check(device.api().memset_d8_async(dst_ptr, value, bytes, stream.native()), "cuMemsetD8Async");
     }
+}
+
+void prefetch_to_device(Stream& stream, Buffer& buffer, DevicePtr ptr, std::size_t bytes) {
+    if (bytes == 0 || !buffer.managed()) return;
+    buffer.check_same_device(stream);
+    // Note: a prefetch is not a graph node; a replay finds the pages where earlier work left them.
+    if (stream.is_capturing()) return;
+    // Ordered like a read: after the last write on another stream (pages moved under it would only move
+    // back), and freeing the memory waits for it.
+    prepare_access(stream, buffer, Access::read);
+    buffer.source_->prefetch(stream.state(), ptr, bytes);
 }
 
 void throw_out_of_range(const char* what, std::size_t offset, std::size_t count, std::size_t size) {

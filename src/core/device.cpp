@@ -9,6 +9,7 @@
 
 #include "core/caching_source.hpp"
 #include "core/device_state.hpp"
+#include "core/managed_source.hpp"
 #include "core/stream_ordered_source.hpp"
 #include "sys/hip/hip_runtime_loader.hpp"
 
@@ -61,6 +62,7 @@ DeviceState::~DeviceState() {
     bind();
     default_stream_.reset();
     memory_.reset();
+    managed_memory_.reset();
     streams_.clear();
     events_.clear();
     if (const sys::Result r = api_.device_primary_ctx_release(device_); r != sys::kSuccess) {
@@ -68,6 +70,11 @@ DeviceState::~DeviceState() {
         (void)r;
     }
     if (current_.context == context_) current_ = {};
+}
+
+MemoryResource& DeviceState::managed_memory() {
+    std::call_once(managed_once_, [this] { managed_memory_ = make_managed_source(*this); });
+    return *managed_memory_;
 }
 
 int DeviceState::clamp_priority(int priority) const noexcept {
@@ -224,6 +231,10 @@ int Device::attribute(int cu_device_attribute) const {
     state_->check(state_->api().device_get_attribute(&value, cu_device_attribute, state_->device()),
                   "cuDeviceGetAttribute");
     return value;
+}
+
+bool Device::supports_managed_memory() const {
+    return detail::supports_managed_memory(*state_);
 }
 
 ComputeCapability Device::compute_capability() const {

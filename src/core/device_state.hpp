@@ -78,6 +78,8 @@ class DeviceState : public std::enable_shared_from_this<DeviceState> {
     // `priority` clamped to the device's range (read once at open).
     [[nodiscard]] int clamp_priority(int priority) const noexcept;
     [[nodiscard]] MemoryResource& memory() noexcept { return *memory_; }
+    // The source of DeviceSlice::managed memory, made on first use.
+    [[nodiscard]] MemoryResource& managed_memory();
     [[nodiscard]] MemorySource memory_source() const noexcept { return memory_source_; }
     [[nodiscard]] Stream& default_stream() noexcept { return *default_stream_; }
     [[nodiscard]] const std::shared_ptr<StreamState>& default_stream_state() const noexcept;
@@ -113,6 +115,8 @@ class DeviceState : public std::enable_shared_from_this<DeviceState> {
     int priority_high_ = 0;  // numerically smallest: most urgent
     MemorySource memory_source_;
     std::unique_ptr<MemoryResource> memory_;
+    std::once_flag managed_once_;
+    std::unique_ptr<MemoryResource> managed_memory_;
     std::unique_ptr<Stream> default_stream_;
     std::mutex deferred_mutex_;
     std::optional<Error> deferred_;

@@ -27,6 +27,10 @@ class MemoryResource {
                             std::vector<StreamUse> uses) noexcept = 0;
     // Frees cached memory (no-op for sources that cache nothing).
     virtual void empty_cache() {}
+    // Whether the memory is managed (unified): host and device share its addresses.
+    [[nodiscard]] virtual bool managed() const noexcept { return false; }
+    // Managed memory: migrates [ptr, ptr + bytes) to the device, ordered on `stream` (no-op elsewhere).
+    virtual void prefetch(StreamState& /*stream*/, DevicePtr /*ptr*/, std::size_t /*bytes*/) {}
 };
 
 }  // namespace cudarc::detail

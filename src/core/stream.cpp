@@ -230,6 +230,12 @@ bool Stream::query() const {
     return true;
 }
 
+bool Stream::is_capturing() const {
+    DeviceState& device = state_->device();
+    device.bind();
+    return sys::stream_is_capturing(device.api(), state_->handle(), device.ordinal());
+}
+
 NativeStream Stream::native() const noexcept {
     return state_->handle();
 }

@@ -152,4 +152,11 @@ void throw_missing_entry_point(const DriverApi& api, const char* call) {
                 " by the loaded driver");
 }
 
+bool stream_is_capturing(const DriverApi& api, Stream stream, int device) {
+    if (api.stream_is_capturing == nullptr) return false;
+    int status = kStreamCaptureStatusNone;
+    check(api, api.stream_is_capturing(stream, &status), "cuStreamIsCapturing", device);
+    return status != kStreamCaptureStatusNone;
+}
+
 }  // namespace cudarc::sys

@@ -247,4 +247,9 @@ Fn require(const DriverApi& api, Fn fn, const char* call) {
     return fn;
 }
 
+// Whether work on `stream` is being captured into a graph. An invalidated capture still counts until it
+// is ended; a driver without the query cannot capture either (false). Throws the named error for a
+// failing query. The one place that asks (Stream::is_capturing, the allocator's backend).
+[[nodiscard]] bool stream_is_capturing(const DriverApi& api, Stream stream, int device = -1);
+
 }  // namespace cudarc::sys

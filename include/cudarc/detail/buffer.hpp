@@ -16,6 +16,7 @@ namespace cudarc::detail {
 
 class DeviceState;
 class StreamState;
+class MemoryResource;
 
 enum class Access { read, write };
 
@@ -75,8 +76,11 @@ class HazardState {
 class Buffer {
   public:
     Buffer() = default;
-    // Allocates `bytes` on `stream` (uninitialized). The allocation counts as a write by `stream`.
+    // Allocates `bytes` on `stream` (uninitialized) from the device's memory source. The allocation counts
+    // as a write by `stream`.
     Buffer(Stream& stream, std::size_t bytes);
+    // The same in managed memory (DeviceSlice::managed).
+    [[nodiscard]] static Buffer managed(Stream& stream, std::size_t bytes);
     Buffer(const Buffer&) = delete;
     Buffer& operator=(const Buffer&) = delete;
     Buffer(Buffer&& other) noexcept;
@@ -87,6 +91,8 @@ class Buffer {
     [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
     [[nodiscard]] int device_ordinal() const noexcept;
     [[nodiscard]] const std::shared_ptr<DeviceState>& device() const noexcept { return device_; }
+    // Whether the memory is managed (DeviceSlice::managed).
+    [[nodiscard]] bool managed() const noexcept;
     [[nodiscard]] HazardState& hazards() noexcept { return hazards_; }
     [[nodiscard]] const HazardState& hazards() const noexcept { return hazards_; }
 
@@ -94,9 +100,12 @@ class Buffer {
     void check_same_device(const Stream& stream) const;
 
   private:
+    friend void prefetch_to_device(Stream& stream, Buffer& buffer, DevicePtr ptr, std::size_t bytes);
+    Buffer(Stream& stream, std::size_t bytes, MemoryResource& source);
     void release() noexcept;
 
     std::shared_ptr<DeviceState> device_;  // keeps the device (and its allocator) alive
+    MemoryResource* source_ = nullptr;     // where the memory came from (owned by the device state)
     DevicePtr ptr_ = 0;
     std::size_t bytes_ = 0;
     void* allocation_ = nullptr;         // the memory source's bookkeeping for this allocation
@@ -114,6 +123,8 @@ void copy_device_to_host(Stream& stream, void* dst, Buffer& src, DevicePtr src_p
 void copy_device_to_device(Stream& stream, Buffer& dst, DevicePtr dst_ptr, Buffer& src, DevicePtr src_ptr,
                            std::size_t bytes);
 void memset_bytes(Stream& stream, Buffer& dst, DevicePtr dst_ptr, unsigned char value, std::size_t bytes);
+// cudarc::prefetch: managed memory to the stream's device (a no-op for other memory and while capturing).
+void prefetch_to_device(Stream& stream, Buffer& buffer, DevicePtr ptr, std::size_t bytes);
 
 [[noreturn]] void throw_out_of_range(const char* what, std::size_t offset, std::size_t count,
                                      std::size_t size);
