@@ -6,8 +6,8 @@
 // because every rounding step is spelled out (see cudarc_optim::fp below).
 //
 // Note: no toolkit header is included (NVRTC and hiprtc see no cuda_fp16.h or <cuda/std/...>); the
-// host build includes <bit>, <cmath> and <cstdint> only. The host mirror of the structs, the kernel
-// names and how to launch them live in src/optim/kernel_abi.hpp; docs/optimizers.md has the formulas.
+// host build includes <bit>, <cmath> and <cstdint> only. The kernel names (name expressions) and how to
+// launch them live in src/optim/kernel_abi.hpp; docs/optimizers.md has the formulas.
 #pragma once
 
 #if defined(__CUDACC_RTC__) || defined(__HIPCC_RTC__) || defined(__CUDACC__) || defined(__HIPCC__)
@@ -29,10 +29,15 @@ typedef unsigned char u8;
 
 // ---------------------------------------------------------------------------------------------------
 // The ABI: passed to the kernels by value (OptimParams, OptimTensor) or through device memory
-// (arrays of OptimTensor and OptimChunk for the multi-tensor kernels). Mirrored on the host in
-// src/optim/kernel_abi.hpp, which asserts the same sizes and offsets.
+// (arrays of OptimTensor and OptimChunk for the multi-tensor kernels). The host uses these very structs
+// (src/optim/kernel_abi.hpp); no mirror.
 
-enum Algorithm { kAdam = 0, kAdamW = 1, kSgd = 2, kLion = 3, kRmsprop = 4, kAdagrad = 5 };
+// The optimizer's terms, numbered as the public enums cudarc::optim::UpdateRule, ElementType and
+// StatePrecision number them (src/optim/kernel_abi.cpp asserts it): the kernel templates take these
+// values as arguments (kernels/optim.cu).
+enum UpdateRule { kAdam = 0, kAdamW = 1, kSgd = 2, kLion = 3, kRmsprop = 4, kAdagrad = 5 };
+enum ElementType { kFp32 = 0, kFp16 = 1, kBf16 = 2 };
+enum StatePrecision { kStateFp32 = 0, kStateBlockwise8 = 1 };
 
 // Hyper-parameters of one step. The last four fields are derived on the host from the others
 // (cudarc::optim::abi::make_kernel_params), in double, as torch does in Python.
@@ -60,7 +65,7 @@ struct OptimParams {
 struct OptimTensor {
     void* param;       // T[numel]
     const void* grad;  // T[numel]
-    void* state1;      // float[numel] (32-bit) or u8[numel] codes (8-bit); null when unused
+    void* state1;      // float[numel] (fp32 state) or u8[numel] codes (8-bit); null when unused
     void* state2;      // same, for Adam/AdamW's second moment
     float* absmax1;    // 8-bit: float[ceil(numel / 256)]
     float* absmax2;    // 8-bit: float[ceil(numel / 256)]
@@ -75,13 +80,13 @@ struct OptimChunk {
     i64 offset;
 };
 
-static_assert(sizeof(OptimParams) == 68, "OptimParams layout changed: update src/optim/kernel_abi.hpp");
-static_assert(sizeof(OptimTensor) == 64, "OptimTensor layout changed: update src/optim/kernel_abi.hpp");
-static_assert(sizeof(OptimChunk) == 16, "OptimChunk layout changed: update src/optim/kernel_abi.hpp");
+static_assert(sizeof(OptimParams) == 68, "OptimParams layout changed: update docs/optimizers.md");
+static_assert(sizeof(OptimTensor) == 64, "OptimTensor layout changed: update docs/optimizers.md");
+static_assert(sizeof(OptimChunk) == 16, "OptimChunk layout changed: update docs/optimizers.md");
 
 // Work decomposition (also in kernel_abi.hpp): a block of kThreads threads handles one tile at a time.
-// 32-bit state: 4 elements per thread; 8-bit state: 8, so 32 threads cover one quantization block.
-enum : int { kThreads = 256, kQuantBlock = 256, kTile32 = kThreads * 4, kTile8 = kThreads * 8 };
+// fp32 state: 4 elements per thread; 8-bit state: 8, so 32 threads cover one quantization block.
+enum : int { kThreads = 256, kQuantBlock = 256, kTileFp32 = kThreads * 4, kTile8 = kThreads * 8 };
 
 // 8-bit state on sm_90 and later: the tensor memory accelerator copies the block's coming tiles into
 // kTileStages buffers in dynamic shared memory (optim_device.cuh, "Tiles through shared memory"). A
@@ -286,7 +291,7 @@ CUDARC_OPTIM_FN u16 float_to_bf16(float f) {
     return static_cast<u16>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
-// The parameter/gradient element types: F32, F16 (IEEE binary16) and BF16, stored as float or u16.
+// The parameter/gradient element types: Fp32, Fp16 (IEEE binary16) and Bf16, stored as float or u16.
 // On NVIDIA devices the conversions are single cvt instructions (bf16 from sm_80 on), which round
 // exactly as the functions above; they differ only in the payload of a NaN. store_pair packs two
 // values into one word (first value in the low half).
@@ -295,12 +300,12 @@ CUDARC_OPTIM_FN u16 float_to_bf16(float f) {
 #else
 #define CUDARC_OPTIM_PTX_CONVERSIONS 0
 #endif
-struct F32 {
+struct Fp32 {
     typedef float Storage;
     static CUDARC_OPTIM_FN float load(float x) { return x; }
     static CUDARC_OPTIM_FN float store(float x) { return x; }
 };
-struct F16 {
+struct Fp16 {
     typedef u16 Storage;
     static CUDARC_OPTIM_FN float load(u16 x) {
 #if CUDARC_OPTIM_PTX_CONVERSIONS
@@ -348,7 +353,7 @@ struct F16 {
 #endif
     }
 };
-struct BF16 {
+struct Bf16 {
     typedef u16 Storage;
     static CUDARC_OPTIM_FN float load(u16 x) { return bf16_to_float(x); }
     // The value in the low (high = false) or high half of a word holding two.
@@ -568,8 +573,8 @@ CUDARC_OPTIM_FN float dequantize(const float* map, u8 code, float absmax) {
 // ---------------------------------------------------------------------------------------------------
 // One element of one step: the formulas of docs/optimizers.md, in float.
 
-CUDARC_OPTIM_FN bool has_decoupled_decay(int algorithm) {
-    return algorithm == kAdamW || algorithm == kLion;
+CUDARC_OPTIM_FN bool has_decoupled_decay(int rule) {
+    return rule == kAdamW || rule == kLion;
 }
 
 // Updates the element's state (s1, s2) and sets `update`, the amount the parameter moves down:
@@ -670,16 +675,16 @@ CUDARC_OPTIM_FN float apply_update_8bit(const OptimParams& hp, float param, floa
 
 // Which map a state uses: unsigned (no negative codes) for second moments, signed otherwise. The
 // host uploads maps by this rule (abi::state_map) and the 8-bit kernels pick their search by it.
-CUDARC_OPTIM_FN bool uses_unsigned_map(int algorithm, int state) {
-    return state == 2 || algorithm == kRmsprop || algorithm == kAdagrad;
+CUDARC_OPTIM_FN bool uses_unsigned_map(int rule, int state) {
+    return state == 2 || rule == kRmsprop || rule == kAdagrad;
 }
 
-// Which states an algorithm keeps (SGD keeps its momentum buffer only when momentum != 0).
-CUDARC_OPTIM_FN bool uses_state1(int algorithm, const OptimParams& hp) {
-    return algorithm != kSgd || hp.momentum != 0.0f;
+// Which states a rule keeps (SGD keeps its momentum buffer only when momentum != 0).
+CUDARC_OPTIM_FN bool uses_state1(int rule, const OptimParams& hp) {
+    return rule != kSgd || hp.momentum != 0.0f;
 }
-CUDARC_OPTIM_FN bool uses_state2(int algorithm) {
-    return algorithm == kAdam || algorithm == kAdamW;
+CUDARC_OPTIM_FN bool uses_state2(int rule) {
+    return rule == kAdam || rule == kAdamW;
 }
 
 }  // namespace cudarc_optim

@@ -1,6 +1,6 @@
-// Optimizer kernels, part 2: device-only machinery shared by optim_32bit.cu and optim_8bit.cu.
+// Optimizer kernels, part 2: the device-only machinery behind the kernel templates of kernels/optim.cu.
 //
-// Work is cut into tiles (kTile32 or kTile8 elements, see optim_common.cuh). The per-tensor kernels
+// Work is cut into tiles (kTileFp32 or kTile8 elements, see optim_common.cuh). The per-tensor kernels
 // walk a tensor's tiles with a grid-stride loop; in the multi-tensor kernels block b takes chunks b,
 // b + gridDim.x, ... (a chunk is a run of whole tiles of one tensor). Both call the same tile
 // routine, so every element sees the same arithmetic in either layout, and the max_unorm partial
@@ -53,7 +53,7 @@ __device__ __forceinline__ bool aligned_to(const void* pointer, unsigned long lo
     return (reinterpret_cast<unsigned long long>(pointer) & (bytes - 1ull)) == 0;
 }
 
-// --- 4 elements (32-bit state path) ---
+// --- 4 elements (fp32 state path) ---
 __device__ __forceinline__ void load_vec4(const float* p, float (&out)[4]) {
     const Vec4f v = *reinterpret_cast<const Vec4f*>(p);
     out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
@@ -170,13 +170,13 @@ __device__ __forceinline__ float tensor_update_scale(const OptimTensor& t, const
     return unorm_scale(hp.max_unorm, t.unorm[0]);
 }
 
-// --- 32-bit state: one tile, 4 consecutive elements per thread ---
+// --- fp32 state: one tile, 4 consecutive elements per thread ---
 //
 // kNormPass: read only, return this thread's sum of squared updates (elements in index order).
 // Otherwise: write parameters and state; set `saw_nonfinite` if a gradient element was not finite.
 template <int A, class D, bool kNormPass>
-__device__ __forceinline__ float tile_32bit(const OptimTensor& t, const OptimParams& hp, i64 begin, i64 end,
-                                            float scale, bool vector_ok, bool& saw_nonfinite) {
+__device__ __forceinline__ float tile_fp32(const OptimTensor& t, const OptimParams& hp, i64 begin, i64 end,
+                                           float scale, bool vector_ok, bool& saw_nonfinite) {
     typedef typename D::Storage S;
     const i64 first = begin + 4 * static_cast<i64>(threadIdx.x);
     if (first >= end) return 0.0f;
@@ -274,7 +274,7 @@ struct Values8 {
     }
 };
 template <>
-struct Values8<F32> {
+struct Values8<Fp32> {
     float values[8];
     __device__ __forceinline__ float get(int j) const { return values[j]; }
     __device__ __forceinline__ void load(const float* p) { load_vec8(p, values); }
@@ -294,7 +294,7 @@ struct ParamStore8 {
     }
 };
 template <>
-struct ParamStore8<F32> {
+struct ParamStore8<Fp32> {
     static __device__ __forceinline__ void store(float* p, const float (&v)[8]) { store_vec8(p, v); }
 };
 
@@ -599,15 +599,15 @@ __device__ __forceinline__ bool vector_path_ok(const OptimTensor& t, const Optim
 
 // Processes a run's tiles. In the norm pass, writes each tile's partial sum to t.unorm[1 + tile].
 template <int A, class D, bool kNormPass>
-__device__ __forceinline__ bool run_tiles_32bit(const TileRun& run, const OptimParams& hp, float* scratch) {
+__device__ __forceinline__ bool run_tiles_fp32(const TileRun& run, const OptimParams& hp, float* scratch) {
     const OptimTensor& t = run.t;
     const bool vector_ok = vector_path_ok<A, D, 4>(t, hp, 4);
     const float scale = kNormPass ? 1.0f : tensor_update_scale(t, hp);
     bool saw_nonfinite = false;
     for (i64 tile = run.first; tile < run.end; tile += run.stride) {
-        const i64 begin = tile * kTile32;
-        const i64 end = begin + kTile32 < run.limit ? begin + kTile32 : run.limit;
-        float partial = tile_32bit<A, D, kNormPass>(t, hp, begin, end, scale, vector_ok, saw_nonfinite);
+        const i64 begin = tile * kTileFp32;
+        const i64 end = begin + kTileFp32 < run.limit ? begin + kTileFp32 : run.limit;
+        float partial = tile_fp32<A, D, kNormPass>(t, hp, begin, end, scale, vector_ok, saw_nonfinite);
         if (kNormPass) {
             partial = block_sum(partial, scratch);
             if (threadIdx.x == 0) t.unorm[1 + tile] = partial;
@@ -877,7 +877,7 @@ __device__ __forceinline__ bool run_tiles(BlockShared<true>& shared, const TileR
 template <int A, class D, bool kNormPass>
 __device__ __forceinline__ bool run_tiles(BlockShared<false>& shared, const TileRun& run,
                                           const OptimParams& hp, TilePipe&) {
-    return run_tiles_32bit<A, D, kNormPass>(run, hp, shared.scratch);
+    return run_tiles_fp32<A, D, kNormPass>(run, hp, shared.scratch);
 }
 
 // The tile pipeline of the 8-bit update pass (off elsewhere).
@@ -895,7 +895,7 @@ __device__ __forceinline__ void stage_words(void* to, const void* from, int word
     for (int i = static_cast<int>(threadIdx.x); i < words / 4; i += kThreads) target[i] = source[i];
 }
 
-// Stages the maps the algorithm uses (the computing threads copy them); every thread of the block
+// Stages the maps the rule uses (the computing threads copy them); every thread of the block
 // must call it.
 template <int A>
 __device__ __forceinline__ void stage_maps(BlockShared<true>& shared, const OptimParams& hp,
@@ -922,7 +922,7 @@ __device__ __forceinline__ void stage_maps(BlockShared<false>&, const OptimParam
 template <int A, class D, bool kEightBit, bool kNormPass, class Runs>
 __device__ __forceinline__ bool run_all(BlockShared<kEightBit>& shared, const Runs& runs,
                                         const OptimParams& hp, TilePipe& pipe) {
-    constexpr int kTile = kEightBit ? kTile8 : kTile32;
+    constexpr int kTile = kEightBit ? kTile8 : kTileFp32;
     if (threadIdx.x >= kThreads) {
         if (kEightBit && pipe.on && threadIdx.x == kThreads) produce_tiles<A, D>(pipe, runs, hp);
         return false;
@@ -948,7 +948,7 @@ __device__ __forceinline__ void tensor_kernel(const OptimTensor& t, const OptimP
     const bool saw_nonfinite = run_all<A, D, kEightBit, kNormPass>(shared, runs, hp, pipe);
     if (threadIdx.x >= kThreads) return;
     if (kNormPass) {
-        finish_update_norms<kEightBit ? kTile8 : kTile32>(&t, 1, blocks_done, shared.scratch);
+        finish_update_norms<kEightBit ? kTile8 : kTileFp32>(&t, 1, blocks_done, shared.scratch);
     } else if (saw_nonfinite && nonfinite_flag != 0) {
         *nonfinite_flag = 1;
     }
@@ -969,70 +969,29 @@ __device__ __forceinline__ void multi_tensor_kernel(const OptimTensor* tensors, 
     const bool saw_nonfinite = run_all<A, D, kEightBit, kNormPass>(shared, runs, hp, pipe);
     if (threadIdx.x >= kThreads) return;
     if (kNormPass) {
-        finish_update_norms<kEightBit ? kTile8 : kTile32>(tensors, num_tensors, blocks_done, shared.scratch);
+        finish_update_norms<kEightBit ? kTile8 : kTileFp32>(tensors, num_tensors, blocks_done,
+                                                            shared.scratch);
     } else if (saw_nonfinite && nonfinite_flag != 0) {
         *nonfinite_flag = 1;
     }
 }
 
-}  // namespace cudarc_optim
-
-// Defines the four kernels of one (algorithm, dtype, state) triple; see kernel_abi.hpp for the names.
-// Note: on an H200 the 8-bit kernels ran fastest with their tile copies at 2 blocks per SM (256
-// computing threads and the producer warp each: up to 112 registers; at 3 blocks and 80 registers the
-// multi-tensor kernels spilled, and holding their run in shared memory instead cost more than the
-// third block gained). Without the copies (HIP, before sm_90) they keep 256 threads and the 3 blocks
-// that ran fastest before them (at 4 blocks, 64 registers, they spill). On HIP the second
+// The launch bounds of a kernel. Note: on an H200 the 8-bit kernels ran fastest with their tile copies
+// at 2 blocks per SM (256 computing threads and the producer warp each: up to 112 registers; at 3 blocks
+// and 80 registers the multi-tensor kernels spilled, and holding their run in shared memory instead cost
+// more than the third block gained). Without the copies (HIP, before sm_90) they keep 256 threads and the
+// 3 blocks that ran fastest before them (at 4 blocks, 64 registers, they spill). On HIP the second
 // __launch_bounds__ argument counts waves per SIMD, where 3 asks about the same.
+template <bool kEightBit, bool kNormPass>
+struct LaunchBounds {
 #if CUDARC_OPTIM_TILE_COPIES
-#define CUDARC_OPTIM_MIN_BLOCKS(EIGHT_BIT) ((EIGHT_BIT) ? 2 : 1)
-#define CUDARC_OPTIM_BLOCK_THREADS(EIGHT_BIT, NORM_PASS)                                   \
-    ((EIGHT_BIT) && !(NORM_PASS) ? cudarc_optim::kThreads + cudarc_optim::kProducerThreads \
-                                 : cudarc_optim::kThreads)
+    enum : int {
+        threads = kEightBit && !kNormPass ? kThreads + kProducerThreads : kThreads,
+        min_blocks = kEightBit ? 2 : 1
+    };
 #else
-#define CUDARC_OPTIM_MIN_BLOCKS(EIGHT_BIT) ((EIGHT_BIT) ? 3 : 1)
-#define CUDARC_OPTIM_BLOCK_THREADS(EIGHT_BIT, NORM_PASS) cudarc_optim::kThreads
+    enum : int { threads = kThreads, min_blocks = kEightBit ? 3 : 1 };
 #endif
-#define CUDARC_OPTIM_TENSOR_KERNEL(NAME, ALGO_ENUM, DTYPE_TAG, EIGHT_BIT, NORM_PASS)                         \
-    extern "C" __global__ void __launch_bounds__(CUDARC_OPTIM_BLOCK_THREADS(EIGHT_BIT, NORM_PASS),           \
-                                                 CUDARC_OPTIM_MIN_BLOCKS(EIGHT_BIT))                         \
-        NAME(cudarc_optim::OptimTensor tensor, cudarc_optim::OptimParams params,                             \
-             const cudarc_optim::QuantMapImage* qmap1, const cudarc_optim::QuantMapImage* qmap2,             \
-             int* nonfinite_flag, unsigned* blocks_done) {                                                   \
-        cudarc_optim::tensor_kernel<cudarc_optim::ALGO_ENUM, cudarc_optim::DTYPE_TAG, EIGHT_BIT, NORM_PASS>( \
-            tensor, params, qmap1, qmap2, nonfinite_flag, blocks_done);                                      \
-    }
-#define CUDARC_OPTIM_MULTI_KERNEL(NAME, ALGO_ENUM, DTYPE_TAG, EIGHT_BIT, NORM_PASS)                    \
-    extern "C" __global__ void __launch_bounds__(CUDARC_OPTIM_BLOCK_THREADS(EIGHT_BIT, NORM_PASS),     \
-                                                 CUDARC_OPTIM_MIN_BLOCKS(EIGHT_BIT))                   \
-        NAME(const cudarc_optim::OptimTensor* tensors, const cudarc_optim::OptimChunk* chunks,         \
-             int num_chunks, int num_tensors, cudarc_optim::OptimParams params,                        \
-             const cudarc_optim::QuantMapImage* qmap1, const cudarc_optim::QuantMapImage* qmap2,       \
-             int* nonfinite_flag, unsigned* blocks_done) {                                             \
-        cudarc_optim::multi_tensor_kernel<cudarc_optim::ALGO_ENUM, cudarc_optim::DTYPE_TAG, EIGHT_BIT, \
-                                          NORM_PASS>(tensors, chunks, num_chunks, num_tensors, params, \
-                                                     qmap1, qmap2, nonfinite_flag, blocks_done);       \
-    }
-#define CUDARC_OPTIM_DEFINE_KERNELS(ALGORITHM, ALGO_ENUM, DTYPE, DTYPE_TAG, BITS, EIGHT_BIT)           \
-    CUDARC_OPTIM_TENSOR_KERNEL(cudarc_optim_##ALGORITHM##_##DTYPE##_##BITS##_tensor_update, ALGO_ENUM, \
-                               DTYPE_TAG, EIGHT_BIT, false)                                            \
-    CUDARC_OPTIM_TENSOR_KERNEL(cudarc_optim_##ALGORITHM##_##DTYPE##_##BITS##_tensor_unorm, ALGO_ENUM,  \
-                               DTYPE_TAG, EIGHT_BIT, true)                                             \
-    CUDARC_OPTIM_MULTI_KERNEL(cudarc_optim_##ALGORITHM##_##DTYPE##_##BITS##_multi_update, ALGO_ENUM,   \
-                              DTYPE_TAG, EIGHT_BIT, false)                                             \
-    CUDARC_OPTIM_MULTI_KERNEL(cudarc_optim_##ALGORITHM##_##DTYPE##_##BITS##_multi_unorm, ALGO_ENUM,    \
-                              DTYPE_TAG, EIGHT_BIT, true)
+};
 
-// Compile-time selection. Without these defines a source file holds all 72 of its kernels; with
-// -DCUDARC_OPTIM_ALGORITHM=<Algorithm value> and/or -DCUDARC_OPTIM_DTYPE=<0 f32, 1 f16, 2 bf16> it
-// holds only the matching ones (4 for one pair), which compiles in a fraction of the time.
-#ifdef CUDARC_OPTIM_ALGORITHM
-#define CUDARC_OPTIM_WANT_ALGORITHM(value) (CUDARC_OPTIM_ALGORITHM == (value))
-#else
-#define CUDARC_OPTIM_WANT_ALGORITHM(value) 1
-#endif
-#ifdef CUDARC_OPTIM_DTYPE
-#define CUDARC_OPTIM_WANT_DTYPE(value) (CUDARC_OPTIM_DTYPE == (value))
-#else
-#define CUDARC_OPTIM_WANT_DTYPE(value) 1
-#endif
+}  // namespace cudarc_optim

@@ -49,8 +49,6 @@ GroupLayout plan_group(StatePrecision precision, int state_count, std::span<cons
         if (numels[i] < 0)
             throw Error(fmt::format("cudarc::optim: tensor {} has a negative size ({})", i, numels[i]));
     }
-    const StateFormat format =
-        precision == StatePrecision::blockwise8 ? StateFormat::blockwise8 : StateFormat::fp32;
     const std::size_t state_element = precision == StatePrecision::blockwise8 ? 1 : 4;
 
     GroupLayout layout;
@@ -67,13 +65,13 @@ GroupLayout plan_group(StatePrecision precision, int state_count, std::span<cons
         t.begin = end;
         if (state_count >= 1) t.state1 = reserve(end, n * state_element);
         if (state_count >= 2) t.state2 = reserve(end, n * state_element);
-        if (format == StateFormat::blockwise8) {
+        if (precision == StatePrecision::blockwise8) {
             const auto blocks = static_cast<std::size_t>(abi::absmax_count(numels[i]));
             if (state_count >= 1) t.absmax1 = reserve(end, blocks * sizeof(float));
             if (state_count >= 2) t.absmax2 = reserve(end, blocks * sizeof(float));
         }
         t.unorm = reserve(
-            end, static_cast<std::size_t>(abi::unorm_workspace_floats(numels[i], format)) * sizeof(float));
+            end, static_cast<std::size_t>(abi::unorm_workspace_floats(numels[i], precision)) * sizeof(float));
         t.end = end;
     }
     layout.arena_bytes = end;
@@ -93,7 +91,7 @@ GroupLayout plan_group(StatePrecision precision, int state_count, std::span<cons
         std::vector<std::int64_t> sizes;
         sizes.reserve(bucket.tensors.size());
         for (const std::size_t i : bucket.tensors) sizes.push_back(layout.tensors[i].numel);
-        bucket.chunks = abi::make_chunks(sizes, format, max_chunk_elements);
+        bucket.chunks = abi::make_chunks(sizes, precision, max_chunk_elements);
         bucket.descs_offset = reserve(table_end, bucket.tensors.size() * sizeof(abi::TensorDesc));
         bucket.chunks_offset =
             reserve(table_end, std::max<std::size_t>(1, bucket.chunks.size()) * sizeof(abi::Chunk));
@@ -105,17 +103,16 @@ GroupLayout plan_group(StatePrecision precision, int state_count, std::span<cons
 abi::TensorDesc describe(const GroupLayout& layout, std::size_t index, DevicePtr arena_base,
                          TensorAddresses addresses) noexcept {
     const TensorLayout& t = layout.tensors[index];
-    auto at = [arena_base](std::size_t offset) -> std::uint64_t {
-        return offset == kNoRegion ? 0 : arena_base + offset;
-    };
-    abi::TensorDesc desc;
-    desc.param = addresses.param;
-    desc.grad = addresses.grad;
-    desc.state1 = at(t.state1);
-    desc.state2 = at(t.state2);
-    desc.absmax1 = at(t.absmax1);
-    desc.absmax2 = at(t.absmax2);
-    desc.unorm = at(t.unorm);
+    auto at = [](DevicePtr address) { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(address)); };
+    auto region = [&](std::size_t offset) { return offset == kNoRegion ? nullptr : at(arena_base + offset); };
+    abi::TensorDesc desc{};
+    desc.param = at(addresses.param);
+    desc.grad = at(addresses.grad);
+    desc.state1 = region(t.state1);
+    desc.state2 = region(t.state2);
+    desc.absmax1 = static_cast<float*>(region(t.absmax1));
+    desc.absmax2 = static_cast<float*>(region(t.absmax2));
+    desc.unorm = static_cast<float*>(region(t.unorm));
     desc.numel = t.numel;
     return desc;
 }

@@ -22,7 +22,7 @@ inline constexpr std::size_t kRegionAlignment = 256;
 
 // Byte offsets of one tensor's state in its group's arena (kNoRegion: the rule does not keep it).
 struct TensorLayout {
-    ElementType type = ElementType::f32;
+    ElementType type = ElementType::fp32;
     std::int64_t numel = 0;
     std::size_t state1 = kNoRegion;   // float[numel] or std::uint8_t[numel]
     std::size_t state2 = kNoRegion;   // same (Adam, AdamW)
@@ -38,7 +38,7 @@ struct TensorLayout {
 
 // The tensors of one element type: one multi-tensor launch per pass covers them all.
 struct BucketLayout {
-    ElementType type = ElementType::f32;
+    ElementType type = ElementType::fp32;
     std::vector<std::size_t> tensors;  // indices in the group, in registration order
     std::vector<abi::Chunk> chunks;    // Chunk::tensor is a slot of this bucket
     std::size_t descs_offset = 0;      // byte offsets in the group's table buffer

@@ -7,13 +7,13 @@
 #include <cstring>
 #include <utility>
 
-#include "core/device_state.hpp"
+#include "cudarc/copy.hpp"
 #include "cudarc/error.hpp"
 #include "cudarc/launch.hpp"
 #include "cudarc/module.hpp"
 #include "optim/optimizer_state.hpp"
-#include "optim/options_bridge.hpp"
 #include "optim/quantization.hpp"
+#include "optim/validation.hpp"
 
 namespace cudarc::optim {
 
@@ -27,11 +27,6 @@ void ParamTensor::throw_size_mismatch(std::size_t param, std::size_t grad) {
 namespace cudarc::optim::detail {
 namespace {
 
-using cudarc::detail::Access;
-using cudarc::detail::AtomicCounters;
-using cudarc::detail::DeviceState;
-using cudarc::detail::prepare_access;
-
 constexpr unsigned kBlockThreads = abi::kBlockThreads;
 
 // The launch of an update pass: `config`'s grid, with the block size and dynamic shared memory the
@@ -40,36 +35,20 @@ LaunchConfig update_config(const LaunchConfig& config, const KernelSet& set) {
     return LaunchConfig{config.grid, set.update_block_threads, set.update_shared_bytes};
 }
 
-const void* as_pointer(DevicePtr address) noexcept {
-    return reinterpret_cast<const void*>(static_cast<std::uintptr_t>(address));
-}
+// A device address as the kernels' pointer parameters take it. Note: the kernels reach the memory behind
+// these through their arguments or tables; hazard tracking knows of it through prepare_indirect_access.
 template <typename T>
-T* as_mutable(DevicePtr address) noexcept {
+T* device_pointer(DevicePtr address) noexcept {
     return reinterpret_cast<T*>(static_cast<std::uintptr_t>(address));
-}
-
-bool is_capturing(Stream& stream) {
-    DeviceState& device = stream.state().device();
-    const sys::DriverApi& api = device.api();
-    if (api.stream_is_capturing == nullptr) return false;
-    device.bind();
-    int status = sys::kStreamCaptureStatusNone;
-    device.check(api.stream_is_capturing(stream.native(), &status), "cuStreamIsCapturing");
-    return status != sys::kStreamCaptureStatusNone;
 }
 
 void check_same_device(std::string_view where, const Stream& stream, const ParamTensor& tensor,
                        std::size_t index) {
-    const DeviceState* device = &stream.state().device();
-    if (tensor.param_buffer().device().get() != device || tensor.grad_buffer().device().get() != device) {
+    const int device = stream.device_ordinal();
+    if (tensor.param_bytes().device_ordinal() != device || tensor.grad_bytes().device_ordinal() != device) {
         throw Error(fmt::format("{}: tensor {} is not in device {}'s memory (the stream's device)", where,
-                                index, stream.device_ordinal()));
+                                index, device));
     }
-}
-
-unsigned grid_for(const TensorLayout& t, StateFormat format, unsigned multiprocessors, const KernelSet& set) {
-    return abi::recommended_grid(t.numel, format, static_cast<int>(multiprocessors),
-                                 set.resident_per_multiprocessor);
 }
 
 }  // namespace
@@ -101,23 +80,19 @@ void check_tensors(std::string_view where, const GroupLayout& layout, std::span<
 
 // --- UploadStaging ---
 
-void UploadStaging::upload(Stream& stream, const Device& device, cudarc::detail::Buffer& dst,
-                           DevicePtr dst_ptr, const void* src, std::size_t bytes) {
+void UploadStaging::upload(Stream& stream, const Device& device, DeviceView<std::byte> dst, const void* src) {
+    const std::size_t bytes = dst.size();
     if (bytes == 0) return;
-    Slot* slot = nullptr;
-    for (Slot& candidate : slots_) {
-        if (candidate.bytes >= bytes && candidate.memory.ready()) {
+    PinnedBuffer<std::byte>* slot = nullptr;
+    for (PinnedBuffer<std::byte>& candidate : slots_) {
+        if (candidate.size() == bytes && candidate.ready()) {
             slot = &candidate;
             break;
         }
     }
-    if (slot == nullptr) {
-        slots_.push_back(Slot{cudarc::detail::PinnedAllocation(device, std::max<std::size_t>(bytes, 4096)),
-                              std::max<std::size_t>(bytes, 4096)});
-        slot = &slots_.back();
-    }
-    std::memcpy(slot->memory.data(), src, bytes);
-    slot->memory.copy_to_device_async(stream, dst, dst_ptr, slot->memory.data(), bytes);
+    if (slot == nullptr) slot = &slots_.emplace_back(device, bytes);
+    std::memcpy(slot->data(), src, bytes);
+    slot->copy_to_device_async(stream, dst);
 }
 
 // --- OptimizerState ---
@@ -126,14 +101,13 @@ OptimizerState::OptimizerState(Stream& stream, const OptimizerOptions& opts)
     : device(stream.device()), options(opts) {
     validate_optimizer_options(opts);
     multiprocessors = static_cast<unsigned>(std::max(1, device.multiprocessor_count()));
-    if (opts.placement == StatePlacement::managed && StateArena::managed_supported(device)) {
+    if (opts.placement == StatePlacement::managed && device.supports_managed_memory()) {
         placement = StatePlacement::managed;
     }
     if (opts.precision == StatePrecision::blockwise8) {
-        const Algorithm algorithm = to_algorithm(opts.rule);
         std::vector<std::uint8_t> images(2 * kQuantMapImageBytes);
         for (int state = 1; state <= 2; ++state) {
-            const MapSign sign = abi::state_map(algorithm, state);
+            const MapSign sign = abi::state_map(opts.rule, state);
             const QuantMapImage image = make_map_image(dynamic_map(sign), sign);
             std::memcpy(images.data() + static_cast<std::size_t>(state - 1) * kQuantMapImageBytes,
                         image.data(), image.size());
@@ -155,23 +129,30 @@ const Group& OptimizerState::group(GroupId id, std::string_view where) const {
     return const_cast<OptimizerState*>(this)->group(id, where);
 }
 
-DevicePtr OptimizerState::map_ptr(int state) const noexcept {
-    if (maps.empty()) return 0;
-    return maps.device_ptr() + static_cast<DevicePtr>(state - 1) * kQuantMapImageBytes;
+const abi::MapImage* OptimizerState::map(int state) const noexcept {
+    if (maps.empty()) return nullptr;
+    return device_pointer<const abi::MapImage>(maps.device_ptr() +
+                                               static_cast<DevicePtr>(state - 1) * kQuantMapImageBytes);
+}
+
+void OptimizerState::check_stream(std::string_view where, const Stream& stream) const {
+    if (stream.device_ordinal() != device.ordinal()) {
+        throw Error(fmt::format("{}: the stream is on device {}, the optimizer on device {}", where,
+                                stream.device_ordinal(), device.ordinal()));
+    }
 }
 
 const KernelSet& OptimizerState::kernels_for(ElementType type) {
     auto& slot = kernels[static_cast<std::size_t>(type)];
     if (slot) return *slot;
-    const Algorithm algorithm = to_algorithm(options.rule);
-    const DType dtype = to_dtype(type);
-    const StateFormat format = to_format(options.precision);
-    CompileOptions compile;
-    compile.defines = abi::compile_defines(algorithm, dtype);
-    const Module& module = Module::shipped(device, abi::kernel_source(format), {}, compile);
-    auto name = [&](KernelLayout layout, KernelPass pass) {
-        return abi::kernel_name(algorithm, dtype, format, layout, pass);
+    const StatePrecision precision = options.precision;
+    const Module& module =
+        Module::shipped(device, abi::kKernelSource, abi::kernel_names(options.rule, type, precision));
+    auto name = [&](abi::KernelLayout layout, abi::KernelPass pass) {
+        return abi::kernel_name(options.rule, type, precision, layout, pass);
     };
+    using abi::KernelLayout;
+    using abi::KernelPass;
     KernelSet set;
     set.tensor_update =
         module.kernel<TensorKernel::signature>(name(KernelLayout::tensor, KernelPass::update));
@@ -181,10 +162,10 @@ const KernelSet& OptimizerState::kernels_for(ElementType type) {
         module.kernel<MultiKernel::signature>(name(KernelLayout::multi_tensor, KernelPass::update));
     set.multi_unorm =
         module.kernel<MultiKernel::signature>(name(KernelLayout::multi_tensor, KernelPass::update_norm));
-    if (format == StateFormat::blockwise8) {
+    if (precision == StatePrecision::blockwise8) {
         const int major = device.backend() == Backend::cuda ? device.compute_capability().major : 0;
-        set.update_shared_bytes = static_cast<unsigned>(abi::dynamic_shared_bytes(format, dtype, major));
-        set.update_block_threads = abi::update_block_threads(format, major);
+        set.update_shared_bytes = static_cast<unsigned>(abi::dynamic_shared_bytes(precision, type, major));
+        set.update_block_threads = abi::update_block_threads(precision, major);
         if (set.update_shared_bytes > 0) {
             set.tensor_update.set_max_dynamic_shared_memory(set.update_shared_bytes);
             set.multi_update.set_max_dynamic_shared_memory(set.update_shared_bytes);
@@ -209,10 +190,7 @@ GroupId OptimizerState::add_group(Stream& stream, const GroupOptions& group_opti
     constexpr std::string_view where = "cudarc::optim::Optimizer::add_group";
     validate_group_options(where, options.rule, group_options);
     if (tensors.empty()) throw Error(fmt::format("{}: a parameter group needs at least one tensor", where));
-    if (&stream.state().device() != device.state().get()) {
-        throw Error(fmt::format("{}: the stream is on device {}, the optimizer on device {}", where,
-                                stream.device_ordinal(), device.ordinal()));
-    }
+    check_stream(where, stream);
     std::vector<ElementType> types;
     std::vector<std::int64_t> numels;
     std::vector<TensorAddresses> addresses;
@@ -232,98 +210,77 @@ GroupId OptimizerState::add_group(Stream& stream, const GroupOptions& group_opti
 
     group->steps.assign(tensors.size(), 0);
     group->addresses = addresses;
-    group->arena = StateArena(stream, group->layout.arena_bytes, placement == StatePlacement::managed);
+    const std::size_t state_bytes = group->layout.arena_bytes;
+    if (placement == StatePlacement::managed) {
+        group->state = DeviceSlice<std::byte>::managed(stream, state_bytes);
+        group->state.fill_zero(stream);
+        prefetch(stream, group->state.view());
+    } else {
+        group->state = DeviceSlice<std::byte>::zeros(stream, state_bytes);
+    }
     group->tables = DeviceSlice<std::byte>::uninitialized(stream, group->layout.table_bytes);
     // One upload for all tables of the group.
     std::vector<std::byte> image(group->layout.table_bytes);
     for (std::size_t b = 0; b < group->layout.buckets.size(); ++b) {
         const BucketLayout& bucket = group->layout.buckets[b];
-        const auto descs = bucket_descriptors(group->layout, b, group->arena.base(), group->addresses);
+        const auto descs = bucket_descriptors(group->layout, b, group->state.device_ptr(), group->addresses);
         std::memcpy(image.data() + bucket.descs_offset, descs.data(), descs.size() * sizeof(abi::TensorDesc));
         if (!bucket.chunks.empty()) {
             std::memcpy(image.data() + bucket.chunks_offset, bucket.chunks.data(),
                         bucket.chunks.size() * sizeof(abi::Chunk));
         }
     }
-    staging.upload(stream, device, group->tables.buffer(), group->tables.device_ptr(), image.data(),
-                   image.size());
+    staging.upload(stream, device, group->tables.view(), image.data());
     groups.push_back(std::move(group));
     return GroupId{groups.size() - 1};
 }
 
 void OptimizerState::upload_descriptors(Stream& stream, Group& g, std::size_t bucket) {
     const BucketLayout& b = g.layout.buckets[bucket];
-    const auto descs = bucket_descriptors(g.layout, bucket, g.arena.base(), g.addresses);
-    staging.upload(stream, device, g.tables.buffer(), g.tables.device_ptr() + b.descs_offset, descs.data(),
-                   descs.size() * sizeof(abi::TensorDesc));
+    const auto descs = bucket_descriptors(g.layout, bucket, g.state.device_ptr(), g.addresses);
+    staging.upload(stream, device, g.tables.view(b.descs_offset, descs.size() * sizeof(abi::TensorDesc)),
+                   descs.data());
 }
 
-void OptimizerState::step_tensor(Stream* stream, LaunchPath path, GroupId id, std::size_t index,
-                                 const ParamTensor& tensor) {
-    const std::string_view where =
-        path == LaunchPath::legacy ? "cudarc::optim::legacy_step" : "cudarc::optim::Optimizer::step";
+void OptimizerState::prepare(Stream& stream, Group& g, std::span<const ParamTensor> tensors) {
+    for (const ParamTensor& tensor : tensors) {
+        prepare_indirect_access(stream, tensor.param_bytes());
+        prepare_indirect_access(stream, tensor.grad_bytes());
+    }
+    if (!maps.empty()) prepare_indirect_access(stream, std::as_const(maps).view());
+    prepare_indirect_access(stream, g.state.view());
+}
+
+void OptimizerState::step_tensor(Stream& stream, GroupId id, std::size_t index, const ParamTensor& tensor) {
+    constexpr std::string_view where = "cudarc::optim::Optimizer::step";
     Group& g = group(id, where);
     check_tensor(where, g.layout, index, tensor);
-    DeviceState& device_state = *device.state();
-    if (stream != nullptr) {
-        if (&stream->state().device() != &device_state) {
-            throw Error(fmt::format("{}: the stream is on device {}, the optimizer on device {}", where,
-                                    stream->device_ordinal(), device.ordinal()));
-        }
-        check_same_device(where, *stream, tensor, index);
-    } else if (tensor.param_buffer().device().get() != &device_state ||
-               tensor.grad_buffer().device().get() != &device_state) {
-        throw Error(
-            fmt::format("{}: tensor {} is not in device {}'s memory", where, index, device.ordinal()));
-    }
+    check_stream(where, stream);
+    check_same_device(where, stream, tensor, index);
     const abi::KernelParams params =
         kernel_params(where, options.rule, g.options, grad_scale, g.steps[index] + 1);
     const TensorLayout& t = g.layout.tensors[index];
-    const StateFormat format = to_format(options.precision);
     const KernelSet& set = kernels_for(t.type);
-    const abi::TensorDesc desc =
-        describe(g.layout, index, g.arena.base(), TensorAddresses{tensor.param_ptr(), tensor.grad_ptr()});
-    const void* qmap1 = as_pointer(map_ptr(1));
-    const void* qmap2 = as_pointer(map_ptr(2));
-    int* flag = as_mutable<int>(g.arena.base() + g.layout.flag_offset);
-    unsigned* blocks_done = as_mutable<unsigned>(g.arena.base() + g.layout.counter_offset);
-    const bool clip = params.max_unorm > 0.0f;
-    const unsigned grid = grid_for(t, format, multiprocessors, set);
-
     if (t.numel == 0) {
         ++g.steps[index];
         return;
     }
-    if (path == LaunchPath::stream) {
-        Stream& s = *stream;
-        prepare_access(s, tensor.param_buffer(), Access::write);
-        prepare_access(s, tensor.grad_buffer(), Access::read);
-        if (!maps.empty()) prepare_access(s, maps.buffer(), Access::read);
-        g.arena.prepare(s);
-        g.arena.prefetch(s, t.begin, t.end - t.begin);
-        const LaunchConfig config{grid, kBlockThreads};
-        if (clip) launch(s, config, set.tensor_unorm, desc, params, qmap1, qmap2, flag, blocks_done);
-        launch(s, update_config(config, set), set.tensor_update, desc, params, qmap1, qmap2, flag,
-               blocks_done);
-    } else {
-        // The pattern cudarc replaces: the legacy NULL stream, then a device-wide synchronize.
-        device_state.bind();
-        const sys::DriverApi& api = device_state.api();
-        g.arena.prefetch_raw(sys::legacy_stream(), t.begin, t.end - t.begin);
-        abi::TensorDesc desc_arg = desc;
-        abi::KernelParams params_arg = params;
-        void* args[] = {&desc_arg, &params_arg, &qmap1, &qmap2, &flag, &blocks_done};
-        auto raw_launch = [&](const TensorKernel& kernel, unsigned threads, unsigned shared_bytes) {
-            device_state.check(api.launch_kernel(kernel.native(), grid, 1, 1, threads, 1, 1, shared_bytes,
-                                                 sys::legacy_stream(), args, nullptr),
-                               "cuLaunchKernel");
-            AtomicCounters::bump(device_state.counters().kernel_launches);
-        };
-        if (clip) raw_launch(set.tensor_unorm, kBlockThreads, 0);
-        raw_launch(set.tensor_update, set.update_block_threads, set.update_shared_bytes);
-        device_state.check(api.ctx_synchronize(), "cuCtxSynchronize");
-        AtomicCounters::bump(device_state.counters().context_synchronizes);
+    const abi::TensorDesc desc = describe(g.layout, index, g.state.device_ptr(),
+                                          TensorAddresses{tensor.param_ptr(), tensor.grad_ptr()});
+    int* flag = device_pointer<int>(g.state.device_ptr() + g.layout.flag_offset);
+    auto* blocks_done = device_pointer<unsigned>(g.state.device_ptr() + g.layout.counter_offset);
+    const LaunchConfig config{
+        abi::recommended_grid(t.numel, options.precision, static_cast<int>(multiprocessors),
+                              set.resident_per_multiprocessor),
+        kBlockThreads};
+
+    prepare(stream, g, std::span<const ParamTensor>(&tensor, 1));
+    prefetch(stream, g.state.view(t.begin, t.end - t.begin));
+    if (params.max_unorm > 0.0f) {
+        launch(stream, config, set.tensor_unorm, desc, params, map(1), map(2), flag, blocks_done);
     }
+    launch(stream, update_config(config, set), set.tensor_update, desc, params, map(1), map(2), flag,
+           blocks_done);
     ++g.steps[index];
 }
 
@@ -331,10 +288,7 @@ void OptimizerState::step_group(Stream& stream, GroupId id, std::span<const Para
     constexpr std::string_view where = "cudarc::optim::Optimizer::step";
     Group& g = group(id, where);
     check_tensors(where, g.layout, tensors);
-    if (&stream.state().device() != device.state().get()) {
-        throw Error(fmt::format("{}: the stream is on device {}, the optimizer on device {}", where,
-                                stream.device_ordinal(), device.ordinal()));
-    }
+    check_stream(where, stream);
     for (std::size_t i = 0; i < tensors.size(); ++i) check_same_device(where, stream, tensors[i], i);
 
     // Everything that can throw for bad input is decided before any work is enqueued.
@@ -363,25 +317,18 @@ void OptimizerState::step_group(Stream& stream, GroupId id, std::span<const Para
             static_cast<void>(kernel_params(where, options.rule, g.options, grad_scale, g.steps[i] + 1));
         }
     }
-    if (any_change && is_capturing(stream)) {
+    if (any_change && stream.is_capturing()) {
         throw Error(fmt::format(
             "{}: the tensors' buffers differ from the ones the group's tables hold, and the stream is being "
             "captured: step once outside the capture with these buffers first",
             where));
     }
 
-    for (std::size_t i = 0; i < tensors.size(); ++i) {
-        prepare_access(stream, tensors[i].param_buffer(), Access::write);
-        prepare_access(stream, tensors[i].grad_buffer(), Access::read);
-    }
-    if (!maps.empty()) prepare_access(stream, maps.buffer(), Access::read);
-    g.arena.prepare(stream);
-    g.arena.prefetch(stream, 0, g.arena.bytes());
+    prepare(stream, g, tensors);
+    prefetch(stream, g.state.view());
 
-    const void* qmap1 = as_pointer(map_ptr(1));
-    const void* qmap2 = as_pointer(map_ptr(2));
-    int* flag = as_mutable<int>(g.arena.base() + g.layout.flag_offset);
-    unsigned* blocks_done = as_mutable<unsigned>(g.arena.base() + g.layout.counter_offset);
+    int* flag = device_pointer<int>(g.state.device_ptr() + g.layout.flag_offset);
+    auto* blocks_done = device_pointer<unsigned>(g.state.device_ptr() + g.layout.counter_offset);
     for (std::size_t b = 0; b < g.layout.buckets.size(); ++b) {
         const BucketLayout& bucket = g.layout.buckets[b];
         BucketPlan& plan = plans[b];
@@ -393,28 +340,28 @@ void OptimizerState::step_group(Stream& stream, GroupId id, std::span<const Para
         }
         if (!plan.uniform) {
             // Tensors stepped one by one before: their step numbers differ, so each gets its own launch.
-            for (const std::size_t i : bucket.tensors)
-                step_tensor(&stream, LaunchPath::stream, id, i, tensors[i]);
+            for (const std::size_t i : bucket.tensors) step_tensor(stream, id, i, tensors[i]);
             continue;
         }
         if (!bucket.chunks.empty()) {
-            prepare_access(stream, g.tables.buffer(), Access::read);
+            prepare_indirect_access(stream, std::as_const(g.tables).view());
             const KernelSet& set = kernels_for(bucket.type);
             const auto* descs =
-                as_mutable<const abi::TensorDesc>(g.tables.device_ptr() + bucket.descs_offset);
-            const auto* chunks = as_mutable<const abi::Chunk>(g.tables.device_ptr() + bucket.chunks_offset);
+                device_pointer<const abi::TensorDesc>(g.tables.device_ptr() + bucket.descs_offset);
+            const auto* chunks =
+                device_pointer<const abi::Chunk>(g.tables.device_ptr() + bucket.chunks_offset);
             const int count = static_cast<int>(bucket.tensors.size());
             const int chunk_count = static_cast<int>(bucket.chunks.size());
-            const LaunchConfig config{abi::recommended_multi_grid(
-                                          bucket.chunks.size(), to_format(options.precision),
-                                          static_cast<int>(multiprocessors), set.resident_per_multiprocessor),
+            const LaunchConfig config{abi::recommended_multi_grid(bucket.chunks.size(), options.precision,
+                                                                  static_cast<int>(multiprocessors),
+                                                                  set.resident_per_multiprocessor),
                                       kBlockThreads};
             if (plan.params.max_unorm > 0.0f) {
-                launch(stream, config, set.multi_unorm, descs, chunks, chunk_count, count, plan.params, qmap1,
-                       qmap2, flag, blocks_done);
+                launch(stream, config, set.multi_unorm, descs, chunks, chunk_count, count, plan.params,
+                       map(1), map(2), flag, blocks_done);
             }
             launch(stream, update_config(config, set), set.multi_update, descs, chunks, chunk_count, count,
-                   plan.params, qmap1, qmap2, flag, blocks_done);
+                   plan.params, map(1), map(2), flag, blocks_done);
         }
         for (const std::size_t i : bucket.tensors) ++g.steps[i];
     }
@@ -455,7 +402,7 @@ void Optimizer::step(Stream& stream, GroupId group, std::span<const ParamTensor>
 
 void Optimizer::step(Stream& stream, GroupId group, std::size_t index, const ParamTensor& tensor) {
     CUDARC_OPTIM_SELF();
-    self.step_tensor(&stream, detail::LaunchPath::stream, group, index, tensor);
+    self.step_tensor(stream, group, index, tensor);
 }
 
 std::size_t Optimizer::group_count() const noexcept {
@@ -539,13 +486,14 @@ bool Optimizer::nonfinite_seen(Stream& stream, GroupId group) const {
     CUDARC_OPTIM_SELF();
     detail::Group& g = self.group(group, "cudarc::optim::Optimizer::nonfinite_seen");
     int flag = 0;
-    g.arena.copy_to_host(stream, g.layout.flag_offset, &flag, sizeof(flag));
+    copy(stream, std::as_writable_bytes(std::span<int>(&flag, 1)),
+         g.state.view(g.layout.flag_offset, sizeof(flag)));
     return flag != 0;
 }
 
 void Optimizer::reset_nonfinite(Stream& stream) {
     CUDARC_OPTIM_SELF();
-    for (auto& g : self.groups) g->arena.zero(stream, g->layout.flag_offset, sizeof(int));
+    for (auto& g : self.groups) memset(stream, g->state.view(g->layout.flag_offset, sizeof(int)), 0);
 }
 
 namespace {
@@ -592,7 +540,8 @@ TensorState Optimizer::read_state(Stream& stream, GroupId group, std::size_t ind
     }
     TensorState state;
     for (const auto& region : state_regions(g.layout.tensors[index], self.options.precision, state, true)) {
-        g.arena.copy_to_host(stream, region.offset, region.host, region.bytes);
+        copy(stream, std::span<std::byte>(static_cast<std::byte*>(region.host), region.bytes),
+             g.state.view(region.offset, region.bytes));
     }
     return state;
 }
@@ -620,7 +569,8 @@ void Optimizer::write_state(Stream& stream, GroupId group, std::size_t index, co
     }
     TensorState source = state;
     for (const auto& region : state_regions(g.layout.tensors[index], self.options.precision, source, false)) {
-        g.arena.copy_from_host(stream, region.offset, region.host, region.bytes);
+        copy(stream, g.state.view(region.offset, region.bytes),
+             std::span<const std::byte>(static_cast<const std::byte*>(region.host), region.bytes));
     }
 }
 
@@ -636,7 +586,7 @@ StatePlacement Optimizer::state_placement() const noexcept {
 std::size_t Optimizer::state_bytes() const noexcept {
     if (!state_) return 0;
     std::size_t total = 0;
-    for (const auto& g : state_->groups) total += g->arena.bytes();
+    for (const auto& g : state_->groups) total += g->state.bytes();
     return total;
 }
 

@@ -1,5 +1,6 @@
-// The state behind cudarc::optim::Optimizer: groups, their state arenas and tables, the kernels, and the
-// per-tensor and multi-tensor launch paths (also the legacy baseline's).
+// The state behind cudarc::optim::Optimizer: groups, their state and tables, the kernels, and the
+// per-tensor and multi-tensor steps. A client of the public API like any other: launches, slices
+// (device or managed memory), page-locked staging, hazard tracking through prepare_indirect_access.
 #pragma once
 
 #include <array>
@@ -18,14 +19,13 @@
 #include "cudarc/slice.hpp"
 #include "optim/group_layout.hpp"
 #include "optim/kernel_abi.hpp"
-#include "optim/state_arena.hpp"
 
 namespace cudarc::optim::detail {
 
-using TensorKernel =
-    Kernel<void(abi::TensorDesc, abi::KernelParams, const void*, const void*, int*, unsigned*)>;
+using TensorKernel = Kernel<void(abi::TensorDesc, abi::KernelParams, const abi::MapImage*,
+                                 const abi::MapImage*, int*, unsigned*)>;
 using MultiKernel = Kernel<void(const abi::TensorDesc*, const abi::Chunk*, int, int, abi::KernelParams,
-                                const void*, const void*, int*, unsigned*)>;
+                                const abi::MapImage*, const abi::MapImage*, int*, unsigned*)>;
 
 // The four kernels of one (rule, element type, state precision).
 struct KernelSet {
@@ -42,29 +42,26 @@ struct KernelSet {
 // (a non-blocking query), else another one is taken, so an upload never blocks the host.
 class UploadStaging {
   public:
-    void upload(Stream& stream, const Device& device, cudarc::detail::Buffer& dst, DevicePtr dst_ptr,
-                const void* src, std::size_t bytes);
+    // Copies dst.size() bytes from `src` into `dst`, asynchronously on `stream`; `src` may be reused at once.
+    void upload(Stream& stream, const Device& device, DeviceView<std::byte> dst, const void* src);
 
   private:
-    struct Slot {
-        cudarc::detail::PinnedAllocation memory;
-        std::size_t bytes = 0;
-    };
-    std::vector<Slot> slots_;
+    std::vector<PinnedBuffer<std::byte>> slots_;
 };
 
+// Note [One state allocation per group]: a group's state, of all its tensors, is one slice (device
+// memory from the device's memory source, or managed memory for paged state): a 256-byte header (the
+// non-finite flag, the max_unorm launch counter), then each tensor's regions (GroupLayout). So a step of
+// 1000 tensors checks one hazard state for all their state and prefetches paged state with one call.
 struct Group {
     GroupOptions options;
     int state_count = 0;  // state arrays allocated per tensor (fixed at add_group)
     GroupLayout layout;
     std::vector<std::int64_t> steps;         // steps taken, per tensor
     std::vector<TensorAddresses> addresses;  // what the device's descriptor tables hold
-    StateArena arena;
+    DeviceSlice<std::byte> state;
     DeviceSlice<std::byte> tables;  // per bucket: TensorDesc[] then Chunk[]
 };
-
-// How a step reaches the device: the caller's stream, or the legacy baseline (NULL stream + device sync).
-enum class LaunchPath { stream, legacy };
 
 class OptimizerState {
   public:
@@ -75,9 +72,7 @@ class OptimizerState {
 
     GroupId add_group(Stream& stream, const GroupOptions& options, std::span<const ParamTensor> tensors);
     void step_group(Stream& stream, GroupId id, std::span<const ParamTensor> tensors);
-    // `stream` is null on the legacy path.
-    void step_tensor(Stream* stream, LaunchPath path, GroupId id, std::size_t index,
-                     const ParamTensor& tensor);
+    void step_tensor(Stream& stream, GroupId id, std::size_t index, const ParamTensor& tensor);
 
     Device device;
     OptimizerOptions options;
@@ -91,8 +86,11 @@ class OptimizerState {
 
   private:
     const KernelSet& kernels_for(ElementType type);
-    [[nodiscard]] DevicePtr map_ptr(int state) const noexcept;
+    [[nodiscard]] const abi::MapImage* map(int state) const noexcept;
     void upload_descriptors(Stream& stream, Group& group, std::size_t bucket);
+    void check_stream(std::string_view where, const Stream& stream) const;
+    // Orders the step's work on `stream` after earlier work on the tensors, the code maps and the state.
+    void prepare(Stream& stream, Group& group, std::span<const ParamTensor> tensors);
 };
 
 // Checks that `tensors` match the registered layout (count, element types, sizes). Throws cudarc::Error

@@ -18,13 +18,13 @@
 #include <vector>
 
 #include "cudarc/optim/optimizer.hpp"
+#include "cudarc_testing/optim/legacy_step.hpp"
+#include "cudarc_testing/optim/reference.hpp"
 #include "gpu_test.hpp"
 #include "optim/group_layout.hpp"
 #include "optim/kernel_abi.hpp"
-#include "optim/legacy_step.hpp"
-#include "optim/options_bridge.hpp"
 #include "optim/quantization.hpp"
-#include "optim/reference.hpp"
+#include "optim/validation.hpp"
 
 namespace {
 
@@ -40,7 +40,7 @@ namespace abi = optim::abi;
 
 constexpr UpdateRule kRules[] = {UpdateRule::adam, UpdateRule::adamw,   UpdateRule::sgd,
                                  UpdateRule::lion, UpdateRule::rmsprop, UpdateRule::adagrad};
-constexpr ElementType kTypes[] = {ElementType::f32, ElementType::f16, ElementType::bf16};
+constexpr ElementType kTypes[] = {ElementType::fp32, ElementType::fp16, ElementType::bf16};
 constexpr StatePrecision kPrecisions[] = {StatePrecision::fp32, StatePrecision::blockwise8};
 
 std::mt19937_64& rng() {
@@ -53,16 +53,12 @@ std::size_t pick(std::size_t n) {
     return static_cast<std::size_t>(rng()() % n);
 }
 
-optim::DType dtype_of(ElementType type) {
-    return optim::detail::to_dtype(type);
-}
-
 // NaN patterns no kernel writes by accident, per element type (in the low bits of a word).
 std::uint32_t poison_word(ElementType type) {
     switch (type) {
-        case ElementType::f32:
+        case ElementType::fp32:
             return test::kPoison;
-        case ElementType::f16:
+        case ElementType::fp16:
             return 0x7d5au;
         case ElementType::bf16:
             return 0x7fa5u;
@@ -71,9 +67,9 @@ std::uint32_t poison_word(ElementType type) {
 }
 std::uint32_t infinity_word(ElementType type, bool negative) {
     switch (type) {
-        case ElementType::f32:
+        case ElementType::fp32:
             return negative ? 0xff800000u : 0x7f800000u;
-        case ElementType::f16:
+        case ElementType::fp16:
             return negative ? 0xfc00u : 0x7c00u;
         case ElementType::bf16:
             return negative ? 0xff80u : 0x7f80u;
@@ -82,9 +78,9 @@ std::uint32_t infinity_word(ElementType type, bool negative) {
 }
 std::uint32_t nan_word(ElementType type) {
     switch (type) {
-        case ElementType::f32:
+        case ElementType::fp32:
             return 0x7fc00000u;
-        case ElementType::f16:
+        case ElementType::fp16:
             return 0x7e00u;
         case ElementType::bf16:
             return 0x7fc0u;
@@ -147,14 +143,13 @@ TensorState random_state(UpdateRule rule, StatePrecision precision, int state_co
         s.state2 = s2;
         return s;
     }
-    const optim::Algorithm algorithm = optim::detail::to_algorithm(rule);
     if (state_count >= 1) {
-        auto q = optim::quantize_blockwise(s1, optim::dynamic_map(abi::state_map(algorithm, 1)));
+        auto q = optim::quantize_blockwise(s1, optim::dynamic_map(abi::state_map(rule, 1)));
         s.codes1 = std::move(q.codes);
         s.absmax1 = std::move(q.absmax);
     }
     if (state_count >= 2) {
-        auto q = optim::quantize_blockwise(s2, optim::dynamic_map(abi::state_map(algorithm, 2)));
+        auto q = optim::quantize_blockwise(s2, optim::dynamic_map(abi::state_map(rule, 2)));
         s.codes2 = std::move(q.codes);
         s.absmax2 = std::move(q.absmax);
     }
@@ -162,7 +157,7 @@ TensorState random_state(UpdateRule rule, StatePrecision precision, int state_co
 }
 
 std::uint32_t random_word(ElementType type, double lo, double hi) {
-    return reference::to_bits(dtype_of(type), uniform(lo, hi));
+    return reference::to_bits(type, uniform(lo, hi));
 }
 
 Problem make_problem(UpdateRule rule, StatePrecision precision, std::vector<ElementType> types, bool clip) {
@@ -171,7 +166,7 @@ Problem make_problem(UpdateRule rule, StatePrecision precision, std::vector<Elem
     p.precision = precision;
     p.options = random_options(rule);
     p.types = std::move(types);
-    const bool has_half = std::find(p.types.begin(), p.types.end(), ElementType::f16) != p.types.end();
+    const bool has_half = std::find(p.types.begin(), p.types.end(), ElementType::fp16) != p.types.end();
     const double scales[] = {1.0, 4.0, 1024.0, 0.125};
     p.grad_scale = scales[pick(has_half ? 3 : 4)];
     p.steps_before = pick(3) == 0 ? 0 : static_cast<std::int64_t>(1 + pick(40));
@@ -204,7 +199,7 @@ Problem make_problem(UpdateRule rule, StatePrecision precision, std::vector<Elem
 // One tensor's parameter and gradient on the device, of a run-time element type. With offset 1 the
 // tensor is a view that starts one element into its buffers, so no kernel can use vector accesses.
 struct DeviceTensor {
-    ElementType type = ElementType::f32;
+    ElementType type = ElementType::fp32;
     std::size_t offset = 0;
     std::size_t numel = 0;
     DeviceSlice<float> f32_param, f32_grad;
@@ -219,11 +214,11 @@ struct DeviceTensor {
         padded_param.insert(padded_param.end(), param.begin(), param.end());
         padded_grad.insert(padded_grad.end(), grad.begin(), grad.end());
         switch (type) {
-            case ElementType::f32:
+            case ElementType::fp32:
                 f32_param = DeviceSlice<float>::from_host(stream, to<float>(padded_param));
                 f32_grad = DeviceSlice<float>::from_host(stream, to<float>(padded_grad));
                 break;
-            case ElementType::f16:
+            case ElementType::fp16:
                 f16_param =
                     DeviceSlice<optim::half_bits>::from_host(stream, to<optim::half_bits>(padded_param));
                 f16_grad =
@@ -240,11 +235,11 @@ struct DeviceTensor {
 
     [[nodiscard]] optim::ParamTensor tensor() {
         switch (type) {
-            case ElementType::f16:
+            case ElementType::fp16:
                 return {f16_param.view(offset, numel), f16_grad.view(offset, numel)};
             case ElementType::bf16:
                 return {bf16_param.view(offset, numel), bf16_grad.view(offset, numel)};
-            case ElementType::f32:
+            case ElementType::fp32:
                 break;
         }
         return {f32_param.view(offset, numel), f32_grad.view(offset, numel)};
@@ -253,13 +248,13 @@ struct DeviceTensor {
     [[nodiscard]] std::vector<std::uint32_t> param_words(Stream& stream) const {
         std::vector<std::uint32_t> all;
         switch (type) {
-            case ElementType::f16:
+            case ElementType::fp16:
                 all = words(f16_param.to_vector(stream));
                 break;
             case ElementType::bf16:
                 all = words(bf16_param.to_vector(stream));
                 break;
-            case ElementType::f32:
+            case ElementType::fp32:
                 all = words(f32_param.to_vector(stream));
                 break;
         }
@@ -270,10 +265,10 @@ struct DeviceTensor {
     // (no pageable staging that could wait for the stream), tracked as a write on `stream`.
     void copy_grad_from(Stream& stream, const DeviceTensor& source) {
         switch (type) {
-            case ElementType::f32:
+            case ElementType::fp32:
                 copy(stream, f32_grad.view(), source.f32_grad.view());
                 break;
-            case ElementType::f16:
+            case ElementType::fp16:
                 copy(stream, f16_grad.view(), source.f16_grad.view());
                 break;
             case ElementType::bf16:
@@ -413,13 +408,14 @@ Outcome run(Device& device, const Problem& p, Variant variant) {
         case Variant::foreign_stream:
             s.optimizer.step(foreign, s.group, s.tensors);
             break;
-        case Variant::legacy:
-            device.synchronize();  // the legacy stream does not wait for cudarc's non-blocking streams
+        case Variant::legacy: {
+            testing::LegacyStepper legacy(device);
+            device.synchronize();  // start from an idle device, as the benchmark's legacy rounds do
             before = device.counters();
-            for (std::size_t i = 0; i < s.tensors.size(); ++i) {
-                optim::detail::legacy_step(s.optimizer, s.group, i, s.tensors[i]);
-            }
+            for (std::size_t i = 0; i < s.tensors.size(); ++i)
+                legacy.step(s.optimizer, s.group, i, s.tensors[i]);
             break;
+        }
         case Variant::graph: {
             stream.synchronize();
             Graph graph =
@@ -484,15 +480,14 @@ struct Mismatches {
 // float rounding, float and double may disagree on its sign: such (rare) elements are not compared.
 bool lion_sign_is_ambiguous(const Problem& p, std::size_t t, std::size_t i, const abi::KernelParams& kp) {
     if (p.rule != UpdateRule::lion) return false;
-    const double g =
-        reference::from_bits(dtype_of(p.types[t]), p.grads[t][i]) * static_cast<double>(kp.inv_grad_scale);
+    const double g = reference::from_bits(p.types[t], p.grads[t][i]) * static_cast<double>(kp.inv_grad_scale);
     double m = 0.0;
     if (p.steps_before > 0) {
         const TensorState& s = p.states[t];
         if (p.precision == StatePrecision::fp32) {
             m = s.state1[i];
         } else {
-            const auto& map = optim::dynamic_map(abi::state_map(optim::Algorithm::lion, 1));
+            const auto& map = optim::dynamic_map(abi::state_map(UpdateRule::lion, 1));
             m = static_cast<double>(map[s.codes1[i]]) * static_cast<double>(s.absmax1[i / 256]);
         }
     }
@@ -502,14 +497,13 @@ bool lion_sign_is_ambiguous(const Problem& p, std::size_t t, std::size_t i, cons
 }
 
 void compare_with_reference(const Problem& p, const Outcome& device, bool expect_clipping) {
-    const optim::Algorithm algorithm = optim::detail::to_algorithm(p.rule);
     const abi::KernelParams kp =
         optim::detail::kernel_params("test", p.rule, p.options, p.grad_scale, p.steps_before + 1);
     const int states = p.state_count();
     bool clipped_somewhere = false;
     for (std::size_t t = 0; t < p.types.size(); ++t) {
         CAPTURE(t);
-        const optim::DType dtype = dtype_of(p.types[t]);
+        const ElementType dtype = p.types[t];
         const std::size_t n = p.params[t].size();
         std::vector<double> param(n);
         std::vector<double> grad(n);
@@ -531,7 +525,7 @@ void compare_with_reference(const Problem& p, const Outcome& device, bool expect
             }
             const std::vector<double> old1 = s1;
             const std::vector<double> old2 = s2;
-            const reference::StepReport report = reference::step(algorithm, kp, param, grad, s1, s2);
+            const reference::StepReport report = reference::step(p.rule, kp, param, grad, s1, s2);
             clipped_somewhere = clipped_somewhere || report.update_scale < 1.0;
             REQUIRE(device.states[t].state1.size() == s1.size());
             REQUIRE(device.states[t].state2.size() == s2.size());
@@ -553,8 +547,8 @@ void compare_with_reference(const Problem& p, const Outcome& device, bool expect
                 if (states >= 2) check_state(device.states[t].state2, old2[i], s2[i], "state2");
             }
         } else {
-            reference::QuantizedState q1(abi::state_map(algorithm, 1), n);
-            reference::QuantizedState q2(abi::state_map(algorithm, 2), n);
+            reference::QuantizedState q1(abi::state_map(p.rule, 1), n);
+            reference::QuantizedState q2(abi::state_map(p.rule, 2), n);
             if (!zero_start) {
                 q1.codes = start.codes1;
                 q1.absmax = start.absmax1;
@@ -562,7 +556,7 @@ void compare_with_reference(const Problem& p, const Outcome& device, bool expect
                 q2.absmax = start.absmax2;
             }
             const reference::StepReport report = reference::step_8bit(
-                algorithm, kp, param, grad, states >= 1 ? &q1 : nullptr, states >= 2 ? &q2 : nullptr);
+                p.rule, kp, param, grad, states >= 1 ? &q1 : nullptr, states >= 2 ? &q2 : nullptr);
             clipped_somewhere = clipped_somewhere || report.update_scale < 1.0;
             auto check_quantized = [&](const reference::QuantizedState& q,
                                        const std::vector<std::uint8_t>& codes,
@@ -592,7 +586,7 @@ void compare_with_reference(const Problem& p, const Outcome& device, bool expect
         for (std::size_t i = 0; i < n; ++i) {
             if (lion_sign_is_ambiguous(p, t, i, kp)) continue;
             const std::uint32_t got = device.params[t][i];
-            if (p.types[t] == ElementType::f32) {
+            if (p.types[t] == ElementType::fp32) {
                 const double value = static_cast<double>(std::bit_cast<float>(got));
                 const double change = std::abs(param[i] - old_param[i]);
                 const double tol =
@@ -657,18 +651,21 @@ TEST_CASE("optim.all_ways_of_running_a_step_agree_bitwise") {
     };
     const Case cases[] = {
         {UpdateRule::adamw,
-         {ElementType::f32, ElementType::bf16, ElementType::f32},
+         {ElementType::fp32, ElementType::bf16, ElementType::fp32},
          StatePrecision::fp32,
          false},
         {UpdateRule::adamw,
-         {ElementType::bf16, ElementType::f16, ElementType::f32},
+         {ElementType::bf16, ElementType::fp16, ElementType::fp32},
          StatePrecision::blockwise8,
          true},
         {UpdateRule::lion,
-         {ElementType::f16, ElementType::f16, ElementType::bf16},
+         {ElementType::fp16, ElementType::fp16, ElementType::bf16},
          StatePrecision::blockwise8,
          false},
-        {UpdateRule::sgd, {ElementType::f32, ElementType::f16, ElementType::f16}, StatePrecision::fp32, true},
+        {UpdateRule::sgd,
+         {ElementType::fp32, ElementType::fp16, ElementType::fp16},
+         StatePrecision::fp32,
+         true},
         {UpdateRule::adagrad,
          {ElementType::bf16, ElementType::bf16, ElementType::bf16},
          StatePrecision::fp32,
@@ -691,7 +688,7 @@ TEST_CASE("optim.step_reads_the_gradient_written_behind_pending_work") {
     auto device = Device::open(0);
     test::SpinKernel spin(device);
     for (const StatePrecision precision : kPrecisions) {
-        for (const ElementType type : {ElementType::f32, ElementType::bf16}) {
+        for (const ElementType type : {ElementType::fp32, ElementType::bf16}) {
             const Problem p = make_problem(UpdateRule::adamw, precision, {type, type, type},
                                            precision == StatePrecision::fp32);
             const std::string description = p.describe();
@@ -736,11 +733,11 @@ TEST_CASE("optim.nonfinite_gradient_leaves_its_element_and_sets_the_flag") {
         ElementType type;
         StatePrecision precision;
     };
-    const Case cases[] = {{UpdateRule::adam, ElementType::f32, StatePrecision::fp32},
+    const Case cases[] = {{UpdateRule::adam, ElementType::fp32, StatePrecision::fp32},
                           {UpdateRule::lion, ElementType::bf16, StatePrecision::blockwise8},
-                          {UpdateRule::sgd, ElementType::f16, StatePrecision::fp32},
-                          {UpdateRule::rmsprop, ElementType::f32, StatePrecision::blockwise8},
-                          {UpdateRule::adamw, ElementType::f16, StatePrecision::blockwise8}};
+                          {UpdateRule::sgd, ElementType::fp16, StatePrecision::fp32},
+                          {UpdateRule::rmsprop, ElementType::fp32, StatePrecision::blockwise8},
+                          {UpdateRule::adamw, ElementType::fp16, StatePrecision::blockwise8}};
     for (const Case& c : cases) {
         const std::string name = case_name(c.rule, c.type, c.precision);
         CAPTURE(name);
@@ -782,7 +779,7 @@ TEST_CASE("optim.tensors_stepped_alone_then_together_keep_their_own_step_numbers
     auto device = Device::open(0);
     for (const StatePrecision precision : kPrecisions) {
         Problem p = make_problem(UpdateRule::adam, precision,
-                                 {ElementType::f32, ElementType::f32, ElementType::bf16}, false);
+                                 {ElementType::fp32, ElementType::fp32, ElementType::bf16}, false);
         p.steps_before = 0;
         p.states.assign(p.types.size(), TensorState{});
         Stream stream = device.create_stream();
@@ -824,7 +821,7 @@ TEST_CASE("optim.tensors_stepped_alone_then_together_keep_their_own_step_numbers
 TEST_CASE("optim.new_buffers_between_steps_update_the_tables") {
     auto device = Device::open(0);
     const Problem p = make_problem(UpdateRule::adamw, StatePrecision::fp32,
-                                   {ElementType::f32, ElementType::f32, ElementType::f32}, false);
+                                   {ElementType::fp32, ElementType::fp32, ElementType::fp32}, false);
     const Outcome expected = run(device, p, Variant::per_tensor);
     Stream stream = device.create_stream();
     Setup s(stream, p);
@@ -843,7 +840,7 @@ TEST_CASE("optim.new_buffers_between_steps_update_the_tables") {
 TEST_CASE("optim.bad_input_leaves_the_optimizer_as_it_was") {
     auto device = Device::open(0);
     const Problem p = make_problem(UpdateRule::sgd, StatePrecision::fp32,
-                                   {ElementType::f32, ElementType::f16, ElementType::f32}, false);
+                                   {ElementType::fp32, ElementType::fp16, ElementType::fp32}, false);
     Stream stream = device.create_stream();
     Setup s(stream, p);
     const std::int64_t steps = s.optimizer.step_count(s.group);
@@ -887,8 +884,8 @@ TEST_CASE("optim.groups_keep_their_own_hyper_parameters_and_step_counts") {
     auto device = Device::open(0);
     for (const StatePrecision precision : kPrecisions) {
         const Problem a = make_problem(UpdateRule::adamw, precision,
-                                       {ElementType::f32, ElementType::bf16, ElementType::f32}, false);
-        Problem b = make_problem(UpdateRule::adamw, precision, {ElementType::f16, ElementType::f16}, true);
+                                       {ElementType::fp32, ElementType::bf16, ElementType::fp32}, false);
+        Problem b = make_problem(UpdateRule::adamw, precision, {ElementType::fp16, ElementType::fp16}, true);
         b.grad_scale = a.grad_scale;  // the loss scale is the optimizer's, not a group's
         const std::string description = a.describe() + " / " + b.describe();
         CAPTURE(description);

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "../../kernels/optim_common.cuh"
-#include "optim/reference.hpp"
+#include "cudarc_testing/optim/reference.hpp"
 
 namespace {
 
@@ -130,13 +130,13 @@ TEST_CASE("optim.values_widen_from_either_half_of_a_word") {
         CAPTURE(b);
         const float half = cudarc_optim::half_to_float(h);
         const float bf16 = cudarc_optim::bf16_to_float(h);
-        REQUIRE(std::bit_cast<std::uint32_t>(cudarc_optim::F16::load_half(b | (other << 16), false)) ==
+        REQUIRE(std::bit_cast<std::uint32_t>(cudarc_optim::Fp16::load_half(b | (other << 16), false)) ==
                 std::bit_cast<std::uint32_t>(half));
-        REQUIRE(std::bit_cast<std::uint32_t>(cudarc_optim::F16::load_half(other | (b << 16), true)) ==
+        REQUIRE(std::bit_cast<std::uint32_t>(cudarc_optim::Fp16::load_half(other | (b << 16), true)) ==
                 std::bit_cast<std::uint32_t>(half));
-        REQUIRE(std::bit_cast<std::uint32_t>(cudarc_optim::BF16::load_half(b | (other << 16), false)) ==
+        REQUIRE(std::bit_cast<std::uint32_t>(cudarc_optim::Bf16::load_half(b | (other << 16), false)) ==
                 std::bit_cast<std::uint32_t>(bf16));
-        REQUIRE(std::bit_cast<std::uint32_t>(cudarc_optim::BF16::load_half(other | (b << 16), true)) ==
+        REQUIRE(std::bit_cast<std::uint32_t>(cudarc_optim::Bf16::load_half(other | (b << 16), true)) ==
                 std::bit_cast<std::uint32_t>(bf16));
     }
 }
@@ -215,12 +215,12 @@ TEST_CASE("optim.narrowing_keeps_every_nan_a_nan") {
 }
 
 TEST_CASE("optim.ulp_distance") {
-    using cudarc::optim::DType;
-    CHECK(reference::ulp_distance(DType::f16, 0x3c00, 0x3c01) == 1);
-    CHECK(reference::ulp_distance(DType::f16, 0x0001, 0x8001) == 2);   // across zero
-    CHECK(reference::ulp_distance(DType::bf16, 0x0000, 0x8000) == 0);  // +0 and -0
-    CHECK(reference::ulp_distance(DType::f32, std::bit_cast<std::uint32_t>(1.0f),
+    using cudarc::optim::ElementType;
+    CHECK(reference::ulp_distance(ElementType::fp16, 0x3c00, 0x3c01) == 1);
+    CHECK(reference::ulp_distance(ElementType::fp16, 0x0001, 0x8001) == 2);  // across zero
+    CHECK(reference::ulp_distance(ElementType::bf16, 0x0000, 0x8000) == 0);  // +0 and -0
+    CHECK(reference::ulp_distance(ElementType::fp32, std::bit_cast<std::uint32_t>(1.0f),
                                   std::bit_cast<std::uint32_t>(std::nextafter(1.0f, 2.0f))) == 1);
-    CHECK(reference::to_bits(DType::bf16, 1.0) == 0x3f80u);
-    CHECK(reference::from_bits(DType::f16, 0x3c00u) == 1.0);
+    CHECK(reference::to_bits(ElementType::bf16, 1.0) == 0x3f80u);
+    CHECK(reference::from_bits(ElementType::fp16, 0x3c00u) == 1.0);
 }

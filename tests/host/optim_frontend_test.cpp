@@ -10,10 +10,10 @@
 
 #include "cudarc/error.hpp"
 #include "cudarc/optim/optimizer.hpp"
+#include "cudarc_testing/optim/traffic.hpp"
 #include "optim/group_layout.hpp"
 #include "optim/optimizer_state.hpp"
-#include "optim/options_bridge.hpp"
-#include "optim/traffic.hpp"
+#include "optim/validation.hpp"
 
 namespace {
 
@@ -59,12 +59,12 @@ struct FakeTensor {
 }  // namespace
 
 TEST_CASE("optim.frontend_element_types") {
-    static_assert(optim::element_type_of<float> == ElementType::f32);
-    static_assert(optim::element_type_of<optim::half_bits> == ElementType::f16);
+    static_assert(optim::element_type_of<float> == ElementType::fp32);
+    static_assert(optim::element_type_of<optim::half_bits> == ElementType::fp16);
     static_assert(optim::element_type_of<optim::bf16_bits> == ElementType::bf16);
     static_assert(!optim::ParamElement<double> && !optim::ParamElement<std::uint16_t>);
-    CHECK(optim::element_size(ElementType::f32) == 4);
-    CHECK(optim::element_size(ElementType::f16) == 2);
+    CHECK(optim::element_size(ElementType::fp32) == 4);
+    CHECK(optim::element_size(ElementType::fp16) == 2);
     CHECK(optim::element_size(ElementType::bf16) == 2);
     CHECK(optim::to_string(ElementType::bf16) == "bf16");
     CHECK(optim::to_string(UpdateRule::adamw) == "adamw");
@@ -76,7 +76,7 @@ TEST_CASE("optim.frontend_param_tensor_checks_sizes") {
     const std::size_t n = 1 + rng()() % 1000;
     const optim::ParamTensor ok(fake.view<float>(0x10000, n), fake.view<const float>(0x20000, n));
     CHECK(ok.numel() == n);
-    CHECK(ok.element_type() == ElementType::f32);
+    CHECK(ok.element_type() == ElementType::fp32);
     CHECK(ok.param_ptr() == 0x10000);
     CHECK(ok.grad_ptr() == 0x20000);
     const optim::ParamTensor bf(fake.view<optim::bf16_bits>(0x10000, n),
@@ -170,7 +170,7 @@ TEST_CASE("optim.frontend_state_arrays_per_rule") {
 }
 
 TEST_CASE("optim.frontend_group_layout") {
-    const ElementType kTypes[] = {ElementType::f32, ElementType::f16, ElementType::bf16};
+    const ElementType kTypes[] = {ElementType::fp32, ElementType::fp16, ElementType::bf16};
     for (const StatePrecision precision : {StatePrecision::fp32, StatePrecision::blockwise8}) {
         for (int states = 0; states <= 2; ++states) {
             CAPTURE(static_cast<int>(precision));
@@ -262,7 +262,7 @@ TEST_CASE("optim.frontend_group_layout") {
 }
 
 TEST_CASE("optim.frontend_group_layout_rejects_bad_groups") {
-    const std::vector<ElementType> one{ElementType::f32};
+    const std::vector<ElementType> one{ElementType::fp32};
     const std::vector<std::int64_t> sizes{10, 20};
     CHECK(contains(
         error_of([&] { static_cast<void>(detail::plan_group(StatePrecision::fp32, 2, {}, {}, 1024)); }),
@@ -278,7 +278,7 @@ TEST_CASE("optim.frontend_group_layout_rejects_bad_groups") {
 }
 
 TEST_CASE("optim.frontend_descriptors") {
-    const std::vector<ElementType> types{ElementType::f16, ElementType::f32, ElementType::f16};
+    const std::vector<ElementType> types{ElementType::fp16, ElementType::fp32, ElementType::fp16};
     const std::vector<std::int64_t> numels{1000, 3000, 70000};
     const detail::GroupLayout layout =
         detail::plan_group(StatePrecision::blockwise8, 1, types, numels, 16384);
@@ -287,21 +287,24 @@ TEST_CASE("optim.frontend_descriptors") {
     for (std::size_t i = 0; i < types.size(); ++i)
         addresses.push_back({0x1000000ull * (i + 1), 0x2000000ull * (i + 1)});
     REQUIRE(layout.buckets.size() == 2);
-    CHECK(layout.buckets[0].type == ElementType::f16);
+    CHECK(layout.buckets[0].type == ElementType::fp16);
     const auto descs = detail::bucket_descriptors(layout, 0, base, addresses);
     REQUIRE(descs.size() == 2);
-    CHECK(descs[1].param == addresses[2].param);
-    CHECK(descs[1].grad == addresses[2].grad);
+    const auto address = [](const void* pointer) {
+        return static_cast<cudarc::DevicePtr>(reinterpret_cast<std::uintptr_t>(pointer));
+    };
+    CHECK(address(descs[1].param) == addresses[2].param);
+    CHECK(address(descs[1].grad) == addresses[2].grad);
     CHECK(descs[1].numel == 70000);
-    CHECK(descs[1].state1 == base + layout.tensors[2].state1);
-    CHECK(descs[1].absmax1 == base + layout.tensors[2].absmax1);
-    CHECK(descs[1].unorm == base + layout.tensors[2].unorm);
-    CHECK(descs[1].state2 == 0);  // one state array: the rest stays null
-    CHECK(descs[1].absmax2 == 0);
+    CHECK(address(descs[1].state1) == base + layout.tensors[2].state1);
+    CHECK(address(descs[1].absmax1) == base + layout.tensors[2].absmax1);
+    CHECK(address(descs[1].unorm) == base + layout.tensors[2].unorm);
+    CHECK(address(descs[1].state2) == 0);  // one state array: the rest stays null
+    CHECK(address(descs[1].absmax2) == 0);
 }
 
 TEST_CASE("optim.frontend_checks_step_tensors") {
-    const std::vector<ElementType> types{ElementType::f32, ElementType::bf16};
+    const std::vector<ElementType> types{ElementType::fp32, ElementType::bf16};
     const std::vector<std::int64_t> numels{100, 200};
     const detail::GroupLayout layout = detail::plan_group(StatePrecision::fp32, 2, types, numels, 16384);
     FakeTensor fake;
@@ -329,11 +332,11 @@ TEST_CASE("optim.frontend_checks_step_tensors") {
 }
 
 TEST_CASE("optim.frontend_step_traffic") {
-    using detail::step_traffic;
+    using cudarc::testing::step_traffic;
     // The design document's figure: fp32 AdamW moves 28 bytes per parameter.
-    CHECK(step_traffic(ElementType::f32, StatePrecision::fp32, 2, 1, false).total() == 28);
+    CHECK(step_traffic(ElementType::fp32, StatePrecision::fp32, 2, 1, false).total() == 28);
     CHECK(step_traffic(ElementType::bf16, StatePrecision::fp32, 2, 1, false).total() == 22);
-    CHECK(step_traffic(ElementType::f32, StatePrecision::fp32, 0, 1, false).total() == 12);
+    CHECK(step_traffic(ElementType::fp32, StatePrecision::fp32, 0, 1, false).total() == 12);
     for (int round = 0; round < 200; ++round) {
         const ElementType type = static_cast<ElementType>(rng()() % 3);
         const StatePrecision precision = rng()() % 2 == 0 ? StatePrecision::fp32 : StatePrecision::blockwise8;
@@ -343,7 +346,7 @@ TEST_CASE("optim.frontend_step_traffic") {
         // Counted element by element and block by block, the long way.
         std::uint64_t update = 0;
         std::uint64_t norm = 0;
-        const std::uint64_t e = type == ElementType::f32 ? 4 : 2;
+        const std::uint64_t e = type == ElementType::fp32 ? 4 : 2;
         const std::uint64_t s = precision == StatePrecision::fp32 ? 4 : 1;
         update += static_cast<std::uint64_t>(n) * (e /*param in*/ + e /*param out*/ + e /*grad*/);
         update += static_cast<std::uint64_t>(n) * s * 2 * static_cast<std::uint64_t>(arrays);
@@ -357,17 +360,17 @@ TEST_CASE("optim.frontend_step_traffic") {
                 norm += blocks * 4 * static_cast<std::uint64_t>(arrays);
             norm += static_cast<std::uint64_t>((n + tile - 1) / tile) * 4;
         }
-        const detail::StepTraffic t = step_traffic(type, precision, arrays, n, clip);
+        const cudarc::testing::StepTraffic t = step_traffic(type, precision, arrays, n, clip);
         CHECK(t.update_pass == update);
         CHECK(t.norm_pass == norm);
         CHECK(t.total() == update + norm);
     }
     CHECK(contains(error_of([] {
-                       static_cast<void>(step_traffic(ElementType::f32, StatePrecision::fp32, 3, 1, false));
+                       static_cast<void>(step_traffic(ElementType::fp32, StatePrecision::fp32, 3, 1, false));
                    }),
                    "3 state arrays"));
     CHECK(contains(error_of([] {
-                       static_cast<void>(step_traffic(ElementType::f32, StatePrecision::fp32, 1, -1, false));
+                       static_cast<void>(step_traffic(ElementType::fp32, StatePrecision::fp32, 1, -1, false));
                    }),
                    "negative"));
 }

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "cudarc/error.hpp"
+#include "cudarc_testing/optim/reference.hpp"
 #include "optim/quantization.hpp"
-#include "optim/reference.hpp"
 
 namespace {
 

@@ -13,16 +13,18 @@
 
 #include "../../kernels/optim_common.cuh"
 #include "cudarc/error.hpp"
+#include "cudarc_testing/optim/reference.hpp"
 #include "optim/kernel_abi.hpp"
-#include "optim/reference.hpp"
+#include "optim_test_support.hpp"
 
 namespace {
 
-using cudarc::optim::Algorithm;
-using cudarc::optim::HyperParams;
 using cudarc::optim::MapSign;
+using cudarc::optim::UpdateRule;
 using cudarc::optim::abi::KernelParams;
-using cudarc::optim::abi::make_kernel_params;
+using cudarc::optim::test::kernel_params_of;
+using cudarc::optim::test::step_inputs;
+using cudarc::optim::test::StepInputs;
 namespace reference = cudarc::optim::reference;
 
 std::mt19937_64& rng() {
@@ -34,8 +36,8 @@ constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // Hyper-parameters whose float values are exact, so closed forms can use them as written.
-HyperParams exact_hyper() {
-    HyperParams h;
+StepInputs exact_hyper() {
+    StepInputs h;
     h.lr = 0.125;
     h.beta1 = 0.75;
     h.beta2 = 0.9375;
@@ -57,23 +59,23 @@ struct Run {
     std::vector<double> param, state1, state2;
     reference::StepReport report;
 };
-Run run_step(Algorithm a, const HyperParams& h, std::vector<double> param, const std::vector<double>& grad,
+Run run_step(UpdateRule a, const StepInputs& h, std::vector<double> param, const std::vector<double>& grad,
              std::vector<double> state1, std::vector<double> state2) {
     Run r{std::move(param), std::move(state1), std::move(state2), {}};
-    r.report = reference::step(a, make_kernel_params(a, h), r.param, grad, r.state1, r.state2);
+    r.report = reference::step(a, kernel_params_of(a, h), r.param, grad, r.state1, r.state2);
     return r;
 }
 
 }  // namespace
 
 TEST_CASE("optim.reference_adam_closed_form") {
-    HyperParams h = exact_hyper();
+    StepInputs h = exact_hyper();
     h.eps = 1e-8;
     // Step 1: m = (1-b1) g, v = (1-b2) g^2, bias-corrected m_hat = g, v_hat = g^2, so each weight moves
     // by lr * g / (|g| + eps): almost exactly lr * sign(g), whatever the gradient's size.
     const std::vector<double> p0 = {1.0, -2.0, 0.5, 3.0};
     const std::vector<double> g1 = {0.3, -7.0, 1e-3, -0.25};
-    Run r = run_step(Algorithm::adam, h, p0, g1, {0, 0, 0, 0}, {0, 0, 0, 0});
+    Run r = run_step(UpdateRule::adam, h, p0, g1, {0, 0, 0, 0}, {0, 0, 0, 0});
     for (std::size_t i = 0; i < p0.size(); ++i) {
         CAPTURE(i);
         CHECK(r.state1[i] == doctest::Approx(0.25 * g1[i]).epsilon(1e-15));
@@ -86,7 +88,7 @@ TEST_CASE("optim.reference_adam_closed_form") {
     // p -= lr / (1 - b1^2) * m2 / (sqrt(v2) / sqrt(1 - b2^2) + eps).
     h.step = 2;
     const std::vector<double> g2 = {-0.1, 2.0, 1e-3, 0.5};
-    Run r2 = run_step(Algorithm::adam, h, r.param, g2, r.state1, r.state2);
+    Run r2 = run_step(UpdateRule::adam, h, r.param, g2, r.state1, r.state2);
     for (std::size_t i = 0; i < p0.size(); ++i) {
         const double m = 0.75 * (0.25 * g1[i]) + 0.25 * g2[i];
         const double v = 0.9375 * (0.0625 * g1[i] * g1[i]) + 0.0625 * g2[i] * g2[i];
@@ -99,16 +101,16 @@ TEST_CASE("optim.reference_adam_closed_form") {
 }
 
 TEST_CASE("optim.reference_adam_weight_decay_is_l2_and_adamw_is_decoupled") {
-    HyperParams h = exact_hyper();
+    StepInputs h = exact_hyper();
     h.weight_decay = 0.5;
     const double p = 2.0;
     const double g = 0.25;
     // Adam: the decay enters the gradient (g + wd p = 1.25), so step 1 moves by lr * sign(1.25).
-    Run adam = run_step(Algorithm::adam, h, {p}, {g}, {0}, {0});
+    Run adam = run_step(UpdateRule::adam, h, {p}, {g}, {0}, {0});
     CHECK(adam.state1[0] == doctest::Approx(0.25 * 1.25));
     CHECK(adam.param[0] == doctest::Approx(p - 0.125));
     // AdamW, torch's order: p <- p (1 - lr wd) first, then the plain Adam step on the raw gradient.
-    Run adamw = run_step(Algorithm::adamw, h, {p}, {g}, {0}, {0});
+    Run adamw = run_step(UpdateRule::adamw, h, {p}, {g}, {0}, {0});
     CHECK(adamw.state1[0] == doctest::Approx(0.25 * g));
     CHECK(adamw.param[0] == doctest::Approx(p * (1 - 0.125 * 0.5) - 0.125));
     // Decay after the step would give (p - 0.125) * (1 - lr wd) instead: the two orders differ.
@@ -116,50 +118,50 @@ TEST_CASE("optim.reference_adam_weight_decay_is_l2_and_adamw_is_decoupled") {
 }
 
 TEST_CASE("optim.reference_sgd_momentum_dampening_nesterov") {
-    HyperParams h = exact_hyper();  // lr 1/8, momentum 1/2, dampening 1/4
+    StepInputs h = exact_hyper();  // lr 1/8, momentum 1/2, dampening 1/4
     const double p0 = 1.0;
     const double g1 = 0.5;
     const double g2 = -0.25;
     // Plain SGD (momentum 0): p - lr g, and no state.
-    HyperParams plain = h;
+    StepInputs plain = h;
     plain.momentum = 0.0;
     plain.dampening = 0.0;
-    Run r0 = run_step(Algorithm::sgd, plain, {p0}, {g1}, {}, {});
+    Run r0 = run_step(UpdateRule::sgd, plain, {p0}, {g1}, {}, {});
     CHECK(r0.param[0] == p0 - 0.125 * g1);
     // Step 1: the buffer starts as the gradient itself, undampened.
-    Run r1 = run_step(Algorithm::sgd, h, {p0}, {g1}, {0.0}, {});
+    Run r1 = run_step(UpdateRule::sgd, h, {p0}, {g1}, {0.0}, {});
     CHECK(r1.state1[0] == g1);
     CHECK(r1.param[0] == p0 - 0.125 * g1);
     // Step 2: buf = momentum buf + (1 - dampening) g.
     h.step = 2;
-    Run r2 = run_step(Algorithm::sgd, h, r1.param, {g2}, r1.state1, {});
+    Run r2 = run_step(UpdateRule::sgd, h, r1.param, {g2}, r1.state1, {});
     const double buf2 = 0.5 * g1 + 0.75 * g2;
     CHECK(r2.state1[0] == buf2);
     CHECK(r2.param[0] == r1.param[0] - 0.125 * buf2);
     // Nesterov (dampening 0): the step uses g + momentum * buf.
-    HyperParams n = h;
+    StepInputs n = h;
     n.dampening = 0.0;
     n.nesterov = true;
     const double g3 = -0.125;
-    Run rn = run_step(Algorithm::sgd, n, {p0}, {g3}, {g1}, {});
+    Run rn = run_step(UpdateRule::sgd, n, {p0}, {g3}, {g1}, {});
     const double nbuf = 0.5 * g1 + g3;  // 0.125
     CHECK(rn.state1[0] == nbuf);
     CHECK(rn.param[0] == p0 - 0.125 * (g3 + 0.5 * nbuf));
     CHECK(rn.param[0] != p0 - 0.125 * nbuf);  // what plain momentum would give
     // Weight decay is L2: g + wd p.
-    HyperParams wd = plain;
+    StepInputs wd = plain;
     wd.weight_decay = 0.25;
-    Run rw = run_step(Algorithm::sgd, wd, {p0}, {g1}, {}, {});
+    Run rw = run_step(UpdateRule::sgd, wd, {p0}, {g1}, {}, {});
     CHECK(rw.param[0] == p0 - 0.125 * (g1 + 0.25 * p0));
 }
 
 TEST_CASE("optim.reference_lion_closed_form") {
-    HyperParams h = exact_hyper();  // lr 1/8, beta1 3/4, beta2 15/16
+    StepInputs h = exact_hyper();  // lr 1/8, beta1 3/4, beta2 15/16
     h.weight_decay = 0.5;
     const std::vector<double> p = {1.0, 1.0, 1.0};
     const std::vector<double> g = {0.5, -0.5, 0.75};
     const std::vector<double> m = {-1.0, 1.0, -0.25};  // the last makes beta1 m + (1-beta1) g == 0 exactly
-    Run r = run_step(Algorithm::lion, h, p, g, m, {});
+    Run r = run_step(UpdateRule::lion, h, p, g, m, {});
     for (std::size_t i = 0; i < p.size(); ++i) {
         const double c = 0.75 * m[i] + 0.25 * g[i];
         CAPTURE(i);
@@ -171,25 +173,25 @@ TEST_CASE("optim.reference_lion_closed_form") {
 }
 
 TEST_CASE("optim.reference_rmsprop_and_adagrad_closed_form") {
-    HyperParams h = exact_hyper();  // alpha 7/8, lr 1/8, lr_decay 1/2, eps 0
+    StepInputs h = exact_hyper();  // alpha 7/8, lr 1/8, lr_decay 1/2, eps 0
     h.eps = 1e-10;
     // RMSprop: v = (1 - alpha) g^2, p -= lr g / (sqrt(v) + eps) = lr sign(g) / sqrt(1 - alpha).
-    Run rms = run_step(Algorithm::rmsprop, h, {1.0}, {-0.5}, {0.0}, {});
+    Run rms = run_step(UpdateRule::rmsprop, h, {1.0}, {-0.5}, {0.0}, {});
     CHECK(rms.state1[0] == 0.125 * 0.25);
     CHECK(rms.param[0] == doctest::Approx(1.0 + 0.125 / std::sqrt(0.125)));
     // Adagrad at step 3 with lr_decay 1/2: clr = lr / (1 + 2 * 0.5) = lr / 2; sum += g^2.
     h.step = 3;
-    Run ada = run_step(Algorithm::adagrad, h, {1.0}, {0.5}, {0.75}, {});
+    Run ada = run_step(UpdateRule::adagrad, h, {1.0}, {0.5}, {0.75}, {});
     CHECK(ada.state1[0] == 1.0);
     CHECK(ada.param[0] == doctest::Approx(1.0 - 0.0625 * 0.5 / (1.0 + 1e-10)));
 }
 
 TEST_CASE("optim.reference_grad_scale_divides_the_gradient") {
-    HyperParams unscaled = exact_hyper();
-    HyperParams scaled = unscaled;
+    StepInputs unscaled = exact_hyper();
+    StepInputs scaled = unscaled;
     scaled.grad_scale = 1024.0;
-    for (Algorithm a :
-         {Algorithm::adam, Algorithm::sgd, Algorithm::rmsprop, Algorithm::adagrad, Algorithm::lion}) {
+    for (UpdateRule a :
+         {UpdateRule::adam, UpdateRule::sgd, UpdateRule::rmsprop, UpdateRule::adagrad, UpdateRule::lion}) {
         Run r1 = run_step(a, unscaled, {0.5, -1.0}, {0.25, -3.0}, {0.1, 0.2}, {0.3, 0.4});
         Run r2 = run_step(a, scaled, {0.5, -1.0}, {256.0, -3072.0}, {0.1, 0.2}, {0.3, 0.4});
         CAPTURE(static_cast<int>(a));
@@ -199,9 +201,9 @@ TEST_CASE("optim.reference_grad_scale_divides_the_gradient") {
 }
 
 TEST_CASE("optim.reference_nonfinite_gradient_changes_nothing") {
-    for (Algorithm a : {Algorithm::adam, Algorithm::adamw, Algorithm::sgd, Algorithm::lion,
-                        Algorithm::rmsprop, Algorithm::adagrad}) {
-        HyperParams h = exact_hyper();
+    for (UpdateRule a : {UpdateRule::adam, UpdateRule::adamw, UpdateRule::sgd, UpdateRule::lion,
+                         UpdateRule::rmsprop, UpdateRule::adagrad}) {
+        StepInputs h = exact_hyper();
         h.weight_decay = 0.25;
         h.max_unorm = 1e6;
         const std::vector<double> p = {1.0, 2.0, 3.0, 4.0};
@@ -226,35 +228,35 @@ TEST_CASE("optim.reference_nonfinite_gradient_changes_nothing") {
         CHECK_FALSE(clean.report.nonfinite);
     }
     // A finite stored gradient that overflows float once scaled counts as non-finite, as in the kernel.
-    HyperParams tiny_scale = exact_hyper();
+    StepInputs tiny_scale = exact_hyper();
     tiny_scale.grad_scale = 1.0 / 1024.0;
-    Run r = run_step(Algorithm::sgd, tiny_scale, {1.0}, {3e38}, {0.0}, {});
+    Run r = run_step(UpdateRule::sgd, tiny_scale, {1.0}, {3e38}, {0.0}, {});
     CHECK(r.report.nonfinite);
     CHECK(r.param[0] == 1.0);
 }
 
 TEST_CASE("optim.reference_max_unorm_clips_the_update_norm") {
-    HyperParams h = exact_hyper();
+    StepInputs h = exact_hyper();
     h.momentum = 0.0;
     h.dampening = 0.0;
     // SGD updates lr * g = (0.375, 0.5): norm 0.625.
     const std::vector<double> p = {1.0, 1.0};
     const std::vector<double> g = {3.0, 4.0};
     h.max_unorm = 0.25;
-    Run clipped = run_step(Algorithm::sgd, h, p, g, {}, {});
+    Run clipped = run_step(UpdateRule::sgd, h, p, g, {}, {});
     CHECK(clipped.report.update_norm == doctest::Approx(0.625));
     CHECK(clipped.report.update_scale == doctest::Approx(0.4));
     CHECK(clipped.param[0] == doctest::Approx(1.0 - 0.375 * 0.4));
     CHECK(clipped.param[1] == doctest::Approx(1.0 - 0.5 * 0.4));
     h.max_unorm = 1.0;  // above the norm: untouched
-    Run loose = run_step(Algorithm::sgd, h, p, g, {}, {});
+    Run loose = run_step(UpdateRule::sgd, h, p, g, {}, {});
     CHECK(loose.report.update_scale == 1.0);
     CHECK(loose.param[0] == 1.0 - 0.375);
     // AdamW: the clip scales the Adam update, not the decoupled decay.
-    HyperParams w = exact_hyper();
+    StepInputs w = exact_hyper();
     w.weight_decay = 0.5;
     w.max_unorm = 0.0625;  // each of the two updates is ~lr = 0.125: norm ~0.177
-    Run adamw = run_step(Algorithm::adamw, w, p, {0.5, -0.5}, {0, 0}, {0, 0});
+    Run adamw = run_step(UpdateRule::adamw, w, p, {0.5, -0.5}, {0, 0}, {0, 0});
     const double scale = 0.0625 / std::sqrt(2 * 0.125 * 0.125);
     CHECK(adamw.report.update_scale == doctest::Approx(scale));
     CHECK(adamw.param[0] == doctest::Approx(1.0 * (1 - 0.0625) - 0.125 * scale));
@@ -262,8 +264,8 @@ TEST_CASE("optim.reference_max_unorm_clips_the_update_norm") {
 }
 
 TEST_CASE("optim.reference_8bit_follows_the_32bit_math_then_quantizes") {
-    const HyperParams h = cudarc::optim::default_hyper_params(Algorithm::adam);
-    const KernelParams k = make_kernel_params(Algorithm::adam, h);
+    const StepInputs h = step_inputs(UpdateRule::adam);
+    const KernelParams k = kernel_params_of(UpdateRule::adam, h);
     std::normal_distribution<double> normal(0.0, 1e-2);
     const std::size_t n = 600;  // 2 full blocks and a short one
     std::vector<double> param(n), grad(n);
@@ -274,9 +276,9 @@ TEST_CASE("optim.reference_8bit_follows_the_32bit_math_then_quantizes") {
     reference::QuantizedState m(MapSign::signed_map, n);
     reference::QuantizedState v(MapSign::unsigned_map, n);
     std::vector<double> p8 = param;
-    const reference::StepReport r8 = reference::step_8bit(Algorithm::adam, k, p8, grad, &m, &v);
+    const reference::StepReport r8 = reference::step_8bit(UpdateRule::adam, k, p8, grad, &m, &v);
     std::vector<double> p32 = param, m32(n, 0.0), v32(n, 0.0);
-    const reference::StepReport r32 = reference::step(Algorithm::adam, k, p32, grad, m32, v32);
+    const reference::StepReport r32 = reference::step(UpdateRule::adam, k, p32, grad, m32, v32);
     CHECK(r8.nonfinite);
     // From the zero state, dequantized state is exactly 0, so the parameters match fp32 state exactly.
     CHECK(p8 == p32);
@@ -300,7 +302,7 @@ TEST_CASE("optim.reference_8bit_follows_the_32bit_math_then_quantizes") {
     CHECK(p8[5] == param[5]);
     CHECK(m.value(5) == 0.0);  // its state stays the zero it was
     // Another step continues from the dequantized state.
-    HyperParams h2 = h;
+    StepInputs h2 = h;
     h2.step = 2;
     std::vector<double> p8b = p8;
     const std::vector<double> m_before = [&] {
@@ -309,7 +311,7 @@ TEST_CASE("optim.reference_8bit_follows_the_32bit_math_then_quantizes") {
         return out;
     }();
     static_cast<void>(
-        reference::step_8bit(Algorithm::adam, make_kernel_params(Algorithm::adam, h2), p8b, grad, &m, &v));
+        reference::step_8bit(UpdateRule::adam, kernel_params_of(UpdateRule::adam, h2), p8b, grad, &m, &v));
     for (std::size_t i : {0u, 300u, 599u}) {
         const double expected_m = 0.9 * m_before[i] + (1 - 0.9) * grad[i];
         CHECK(std::abs(m.value(i) - expected_m) <= 0.01 * m.absmax[i / 256]);
@@ -317,18 +319,18 @@ TEST_CASE("optim.reference_8bit_follows_the_32bit_math_then_quantizes") {
 }
 
 TEST_CASE("optim.reference_rejects_mismatched_sizes") {
-    const KernelParams k = make_kernel_params(Algorithm::adam, HyperParams{});
+    const KernelParams k = kernel_params_of(UpdateRule::adam, StepInputs{});
     std::vector<double> p(4, 1.0), g(3, 0.1), s(4, 0.0);
     const std::vector<double> p_before = p;
-    CHECK_THROWS_AS(static_cast<void>(reference::step(Algorithm::adam, k, p, g, s, s)), cudarc::Error);
+    CHECK_THROWS_AS(static_cast<void>(reference::step(UpdateRule::adam, k, p, g, s, s)), cudarc::Error);
     CHECK(p == p_before);
     g.resize(4);
     std::vector<double> short_state(2, 0.0);
-    CHECK_THROWS_AS(static_cast<void>(reference::step(Algorithm::adam, k, p, g, s, short_state)),
+    CHECK_THROWS_AS(static_cast<void>(reference::step(UpdateRule::adam, k, p, g, s, short_state)),
                     cudarc::Error);
     CHECK(p == p_before);
     reference::QuantizedState m(MapSign::signed_map, 4);
-    CHECK_THROWS_AS(static_cast<void>(reference::step_8bit(Algorithm::adam, k, p, g, &m, nullptr)),
+    CHECK_THROWS_AS(static_cast<void>(reference::step_8bit(UpdateRule::adam, k, p, g, &m, nullptr)),
                     cudarc::Error);
     CHECK(p == p_before);
 }
@@ -342,10 +344,10 @@ TEST_CASE("optim.kernel_element_math_matches_reference") {
     std::normal_distribution<float> normal(0.0f, 1.0f);
     std::bernoulli_distribution negative(0.5);
     constexpr double kUlps = 8 * 0x1p-24;
-    const auto check_algorithm = [&](Algorithm a, auto algorithm_tag) {
+    const auto check_algorithm = [&](UpdateRule a, auto algorithm_tag) {
         constexpr int A = decltype(algorithm_tag)::value;
         for (int trial = 0; trial < 20; ++trial) {
-            HyperParams h;
+            StepInputs h;
             h.lr = std::pow(10.0, -4.0 + 3.0 * unit(rng()));
             h.beta1 = 0.8 + 0.19 * unit(rng());
             h.beta2 = 0.9 + 0.0999 * unit(rng());
@@ -358,7 +360,7 @@ TEST_CASE("optim.kernel_element_math_matches_reference") {
             h.lr_decay = 0.01 * unit(rng());
             h.grad_scale = unit(rng()) < 0.5 ? 1.0 : std::pow(2.0, 1 + static_cast<int>(16 * unit(rng())));
             h.step = 1 + static_cast<std::int64_t>(1000 * unit(rng()));
-            const KernelParams k = make_kernel_params(a, h);
+            const KernelParams k = kernel_params_of(a, h);
             const auto hp = std::bit_cast<cudarc_optim::OptimParams>(k);
             for (int i = 0; i < 200; ++i) {
                 const float s = negative(rng()) ? -1.0f : 1.0f;
@@ -382,17 +384,16 @@ TEST_CASE("optim.kernel_element_math_matches_reference") {
             }
         }
     };
-    check_algorithm(Algorithm::adam, std::integral_constant<int, cudarc_optim::kAdam>{});
-    check_algorithm(Algorithm::adamw, std::integral_constant<int, cudarc_optim::kAdamW>{});
-    check_algorithm(Algorithm::sgd, std::integral_constant<int, cudarc_optim::kSgd>{});
-    check_algorithm(Algorithm::lion, std::integral_constant<int, cudarc_optim::kLion>{});
-    check_algorithm(Algorithm::rmsprop, std::integral_constant<int, cudarc_optim::kRmsprop>{});
-    check_algorithm(Algorithm::adagrad, std::integral_constant<int, cudarc_optim::kAdagrad>{});
+    check_algorithm(UpdateRule::adam, std::integral_constant<int, cudarc_optim::kAdam>{});
+    check_algorithm(UpdateRule::adamw, std::integral_constant<int, cudarc_optim::kAdamW>{});
+    check_algorithm(UpdateRule::sgd, std::integral_constant<int, cudarc_optim::kSgd>{});
+    check_algorithm(UpdateRule::lion, std::integral_constant<int, cudarc_optim::kLion>{});
+    check_algorithm(UpdateRule::rmsprop, std::integral_constant<int, cudarc_optim::kRmsprop>{});
+    check_algorithm(UpdateRule::adagrad, std::integral_constant<int, cudarc_optim::kAdagrad>{});
 }
 
 TEST_CASE("optim.kernel_element_math_skips_nonfinite_gradients") {
-    const KernelParams k =
-        make_kernel_params(Algorithm::adamw, cudarc::optim::default_hyper_params(Algorithm::adamw));
+    const KernelParams k = kernel_params_of(UpdateRule::adamw, step_inputs(UpdateRule::adamw));
     const auto hp = std::bit_cast<cudarc_optim::OptimParams>(k);
     for (float g : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
                     -std::numeric_limits<float>::infinity()}) {

@@ -10,7 +10,7 @@
 // small,mid,huge picks them; combinations needing more than --max-gb of device memory are skipped).
 //
 // Variants, each on its own copy of identical parameters and state (gradients shared, read only):
-//   legacy   per tensor on the legacy stream, cuCtxSynchronize after each (optim::detail::legacy_step)
+//   legacy   per tensor on the legacy stream, cuCtxSynchronize after each (testing::LegacyStepper)
 //   current  per tensor on the caller's stream (Optimizer::step(stream, group, index, tensor))
 //   multi    one multi-tensor step of the group (one launch per pass)
 //   graph    a captured multi-tensor step, replayed
@@ -19,10 +19,11 @@
 // each), so a graph captured once replays exactly what the other variants run, and after timing every
 // variant's parameters and state are compared bitwise with the current variant's.
 //
-// Bytes per step (optim/traffic.hpp), per element: parameter read + write (2 x element size), gradient read
-// (element size), each fp32 state array read + write (8), each 8-bit state array code read + write (2) plus
-// its float absmax per 256 elements both ways. AdamW: fp32 params 28, bf16/fp16 params 22; with 8-bit
-// state 16.06 and 10.06. The same for every variant (the chunk tables and code maps are not counted).
+// Bytes per step (cudarc_testing/optim/traffic.hpp), per element: parameter read + write (2 x element size),
+// gradient read (element size), each fp32 state array read + write (8), each 8-bit state array code read +
+// write (2) plus its float absmax per 256 elements both ways. AdamW: fp32 params 28, bf16/fp16 params 22;
+// with 8-bit state 16.06 and 10.06. The same for every variant (the chunk tables and code maps are not
+// counted).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -39,12 +40,11 @@
 #include <vector>
 
 #include "bench.hpp"
-#include "core/device_state.hpp"
 #include "cudarc/cudarc.hpp"
+#include "cudarc_testing/optim/legacy_step.hpp"
+#include "cudarc_testing/optim/reference.hpp"
+#include "cudarc_testing/optim/traffic.hpp"
 #include "optim/group_layout.hpp"
-#include "optim/legacy_step.hpp"
-#include "optim/reference.hpp"
-#include "optim/traffic.hpp"
 
 namespace cudarc::bench {
 namespace {
@@ -76,7 +76,7 @@ struct CellSpec {
     std::string inventory;  // "32", "1024x256K", "1x256M"
     bool small = false;     // counts toward the legacy/current target
     std::vector<std::int64_t> sizes;
-    ElementType type = ElementType::f32;
+    ElementType type = ElementType::fp32;
     StatePrecision precision = StatePrecision::fp32;
     int iterations = 1;  // steps per timed round
     int rounds = 7;
@@ -157,7 +157,7 @@ struct VariantRun {
 class OptimizerBench {
   public:
     OptimizerBench(Device& device, Stream& stream, optim::UpdateRule rule, int warmups)
-        : device_(device), stream_(stream), rule_(rule), warmups_(warmups) {}
+        : device_(device), stream_(stream), legacy_(device), rule_(rule), warmups_(warmups) {}
 
     template <typename T>
     CellResult run(const CellSpec& spec);
@@ -170,6 +170,7 @@ class OptimizerBench {
 
     Device& device_;
     Stream& stream_;
+    testing::LegacyStepper legacy_;
     optim::UpdateRule rule_;
     int warmups_;
 };
@@ -180,7 +181,7 @@ void OptimizerBench::step(VariantRun<T>& run, Variant variant) {
     switch (variant) {
         case Variant::legacy:
             for (std::size_t i = 0; i < run.tensors.size(); ++i) {
-                optim::detail::legacy_step(*run.optimizer, run.group, i, run.tensors[i]);
+                legacy_.step(*run.optimizer, run.group, i, run.tensors[i]);
             }
             break;
         case Variant::current:
@@ -200,19 +201,12 @@ void OptimizerBench::step(VariantRun<T>& run, Variant variant) {
 template <typename T>
 void OptimizerBench::time_round(VariantRun<T>& run, Variant variant, int iterations, Timing& timing,
                                 bool keep) {
-    auto& state = *device_.state();
-    const sys::DriverApi& api = state.api();
-    // Note: the legacy stream does not wait for cudarc's non-blocking streams: start from an idle device.
+    // Note: every round starts from an idle device, so the legacy rounds wait for nothing of the others.
     stream_.synchronize();
     Event start(device_, EventTiming::enabled);
     Event stop(device_, EventTiming::enabled);
     auto record = [&](Event& event) {
-        if (variant == Variant::legacy) {
-            state.bind();
-            state.check(api.event_record(event.native(), sys::legacy_stream()), "cuEventRecord");
-        } else {
-            event.record(stream_);
-        }
+        event.record(variant == Variant::legacy ? legacy_.stream() : stream_);
     };
     const Counters before = device_.counters();
     const auto wall_start = std::chrono::steady_clock::now();
@@ -238,7 +232,7 @@ CellResult OptimizerBench::run(const CellSpec& spec) {
     for (const std::int64_t n : spec.sizes) {
         result.elements += n;
         result.bytes_per_step +=
-            optim::detail::step_traffic(spec.type, spec.precision, state_arrays, n, false).total();
+            testing::step_traffic(spec.type, spec.precision, state_arrays, n, false).total();
     }
 
     // Fresh random data: parameters in [-1, 1], gradients in [-0.1, 0.1].
@@ -381,9 +375,9 @@ int run_optimizer(const Options& options) {
     std::vector<ElementType> types;
     for (const auto& item : options.get_list("dtypes", "fp16,bf16,fp32")) {
         if (item == "fp32") {
-            types.push_back(ElementType::f32);
+            types.push_back(ElementType::fp32);
         } else if (item == "fp16") {
-            types.push_back(ElementType::f16);
+            types.push_back(ElementType::fp16);
         } else if (item == "bf16") {
             types.push_back(ElementType::bf16);
         } else {
@@ -482,10 +476,10 @@ int run_optimizer(const Options& options) {
         }
         CellResult r;
         switch (spec.type) {
-            case ElementType::f32:
+            case ElementType::fp32:
                 r = bench.run<float>(spec);
                 break;
-            case ElementType::f16:
+            case ElementType::fp16:
                 r = bench.run<optim::half_bits>(spec);
                 break;
             case ElementType::bf16:
@@ -511,7 +505,7 @@ int run_optimizer(const Options& options) {
                 "multi-tensor {} {}-bit at 1024x256K: {:.2f}x the bytes/copy floor (target <= 1.25)",
                 type_name, bits, multi_floor));
         }
-        if (spec.inventory == "1x256M" && spec.type == ElementType::f32 &&
+        if (spec.inventory == "1x256M" && spec.type == ElementType::fp32 &&
             spec.precision == StatePrecision::fp32) {
             targets.push_back(fmt::format("one 256M fp32 {} step: {:.1f}% of copy bandwidth (target >= 90%)",
                                           optim::to_string(rule), 100.0 * current_fraction));

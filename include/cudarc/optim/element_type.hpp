@@ -25,7 +25,7 @@ static_assert(sizeof(half_bits) == 2 && std::is_trivially_copyable_v<half_bits>)
 static_assert(sizeof(bf16_bits) == 2 && std::is_trivially_copyable_v<bf16_bits>);
 
 // The element type of a parameter tensor (its gradient has the same one).
-enum class ElementType : int { f32 = 0, f16 = 1, bf16 = 2 };
+enum class ElementType : int { fp32 = 0, fp16 = 1, bf16 = 2 };
 
 // The types a parameter tensor may hold: float, half_bits, bf16_bits.
 template <typename T>
@@ -33,19 +33,19 @@ concept ParamElement =
     std::is_same_v<T, float> || std::is_same_v<T, half_bits> || std::is_same_v<T, bf16_bits>;
 
 template <ParamElement T>
-inline constexpr ElementType element_type_of = std::is_same_v<T, float>       ? ElementType::f32
-                                               : std::is_same_v<T, half_bits> ? ElementType::f16
+inline constexpr ElementType element_type_of = std::is_same_v<T, float>       ? ElementType::fp32
+                                               : std::is_same_v<T, half_bits> ? ElementType::fp16
                                                                               : ElementType::bf16;
 
 [[nodiscard]] constexpr std::size_t element_size(ElementType type) noexcept {
-    return type == ElementType::f32 ? 4 : 2;
+    return type == ElementType::fp32 ? 4 : 2;
 }
 
 [[nodiscard]] constexpr std::string_view to_string(ElementType type) noexcept {
     switch (type) {
-        case ElementType::f32:
+        case ElementType::fp32:
             return "fp32";
-        case ElementType::f16:
+        case ElementType::fp16:
             return "fp16";
         case ElementType::bf16:
             return "bf16";

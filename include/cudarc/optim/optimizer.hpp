@@ -119,9 +119,6 @@ class Optimizer {
     // Bytes of state (and workspace) held for all groups.
     [[nodiscard]] std::size_t state_bytes() const noexcept;
 
-    // Internal (legacy baseline, tests).
-    [[nodiscard]] detail::OptimizerState& state() const noexcept { return *state_; }
-
   private:
     std::unique_ptr<detail::OptimizerState> state_;
 };

@@ -9,10 +9,11 @@
 namespace cudarc::optim {
 
 // A non-owning pair (parameter, gradient) of the same element type and size, both in device memory the
-// caller owns. Like DeviceView it must not outlive the slices, nor a move of them (a moved DeviceSlice
-// moves its buffer: build ParamTensors once the slices are in place, e.g. after filling a vector). The
-// optimizer does not keep it: every step is given its tensors afresh (their hazard state tells it which
-// work to wait for).
+// caller owns (any DeviceView: of a DeviceSlice, or of memory another library owns). Like DeviceView it
+// must not outlive the memory, nor a move of a DeviceSlice behind it (a moved DeviceSlice moves its
+// buffer: build ParamTensors once the slices are in place, e.g. after filling a vector). The optimizer
+// does not keep it: every step is given its tensors afresh (their hazard state tells it which work to
+// wait for).
 class ParamTensor {
   public:
     // Throws cudarc::Error when the gradient's size differs from the parameter's.
@@ -20,10 +21,8 @@ class ParamTensor {
     ParamTensor(DeviceView<T> param, DeviceView<const T> grad)
         : type_(element_type_of<T>),
           numel_(param.size()),
-          param_buffer_(&param.buffer()),
-          param_ptr_(param.device_ptr()),
-          grad_buffer_(&grad.buffer()),
-          grad_ptr_(grad.device_ptr()) {
+          param_(as_writable_bytes(param)),
+          grad_(as_bytes(grad)) {
         if (grad.size() != param.size()) throw_size_mismatch(param.size(), grad.size());
     }
     template <ParamElement T>
@@ -33,21 +32,19 @@ class ParamTensor {
 
     [[nodiscard]] ElementType element_type() const noexcept { return type_; }
     [[nodiscard]] std::size_t numel() const noexcept { return numel_; }
-    [[nodiscard]] DevicePtr param_ptr() const noexcept { return param_ptr_; }
-    [[nodiscard]] DevicePtr grad_ptr() const noexcept { return grad_ptr_; }
-    // Internal: the buffers, for hazard tracking.
-    [[nodiscard]] detail::Buffer& param_buffer() const noexcept { return *param_buffer_; }
-    [[nodiscard]] detail::Buffer& grad_buffer() const noexcept { return *grad_buffer_; }
+    [[nodiscard]] DevicePtr param_ptr() const noexcept { return param_.device_ptr(); }
+    [[nodiscard]] DevicePtr grad_ptr() const noexcept { return grad_.device_ptr(); }
+    // The parameter (written by a step) and the gradient (read), as bytes.
+    [[nodiscard]] DeviceView<std::byte> param_bytes() const noexcept { return param_; }
+    [[nodiscard]] DeviceView<const std::byte> grad_bytes() const noexcept { return grad_; }
 
   private:
     [[noreturn]] static void throw_size_mismatch(std::size_t param, std::size_t grad);
 
     ElementType type_;
     std::size_t numel_;
-    detail::Buffer* param_buffer_;
-    DevicePtr param_ptr_;
-    detail::Buffer* grad_buffer_;
-    DevicePtr grad_ptr_;
+    DeviceView<std::byte> param_;
+    DeviceView<const std::byte> grad_;
 };
 
 }  // namespace cudarc::optim

@@ -1,11 +1,15 @@
-#include "optim/traffic.hpp"
+#include "cudarc_testing/optim/traffic.hpp"
 
 #include <fmt/format.h>
 
 #include "cudarc/error.hpp"
 #include "optim/kernel_abi.hpp"
 
-namespace cudarc::optim::detail {
+namespace cudarc::testing {
+
+using optim::ElementType;
+using optim::StatePrecision;
+namespace abi = optim::abi;
 
 StepTraffic step_traffic(ElementType type, StatePrecision precision, int state_arrays, std::int64_t numel,
                          bool max_unorm) {
@@ -16,7 +20,7 @@ StepTraffic step_traffic(ElementType type, StatePrecision precision, int state_a
     }
     const auto n = static_cast<std::uint64_t>(numel);
     const auto arrays = static_cast<std::uint64_t>(state_arrays);
-    const std::uint64_t e = element_size(type);
+    const std::uint64_t e = optim::element_size(type);
     const bool eight_bit = precision == StatePrecision::blockwise8;
     const auto blocks = static_cast<std::uint64_t>(abi::absmax_count(numel));
     // One pass over one state array, one direction.
@@ -25,11 +29,10 @@ StepTraffic step_traffic(ElementType type, StatePrecision precision, int state_a
     StepTraffic traffic;
     traffic.update_pass = 2 * e * n + e * n + arrays * 2 * state_once;
     if (max_unorm) {
-        const StateFormat format = eight_bit ? StateFormat::blockwise8 : StateFormat::fp32;
-        const auto tiles = static_cast<std::uint64_t>(abi::tile_count(numel, format));
+        const auto tiles = static_cast<std::uint64_t>(abi::tile_count(numel, precision));
         traffic.norm_pass = 2 * e * n + arrays * state_once + tiles * sizeof(float);
     }
     return traffic;
 }
 
-}  // namespace cudarc::optim::detail
+}  // namespace cudarc::testing

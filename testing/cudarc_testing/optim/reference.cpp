@@ -1,4 +1,4 @@
-#include "optim/reference.hpp"
+#include "cudarc_testing/optim/reference.hpp"
 
 #include <fmt/format.h>
 
@@ -76,8 +76,8 @@ std::int64_t ordered(std::uint32_t bits, int width) {
     return (bits & sign_bit) != 0 ? -magnitude : magnitude;
 }
 
-bool decoupled(Algorithm a) {
-    return a == Algorithm::adamw || a == Algorithm::lion;
+bool decoupled(UpdateRule a) {
+    return a == UpdateRule::adamw || a == UpdateRule::lion;
 }
 
 void check_size(std::size_t expected, std::size_t actual, const char* what) {
@@ -87,11 +87,11 @@ void check_size(std::size_t expected, std::size_t actual, const char* what) {
     }
 }
 
-bool uses_state1(Algorithm a, const abi::KernelParams& k) {
-    return a != Algorithm::sgd || k.momentum != 0.0f;
+bool uses_state1(UpdateRule a, const abi::KernelParams& k) {
+    return a != UpdateRule::sgd || k.momentum != 0.0f;
 }
-bool uses_state2(Algorithm a) {
-    return a == Algorithm::adam || a == Algorithm::adamw;
+bool uses_state2(UpdateRule a) {
+    return a == UpdateRule::adam || a == UpdateRule::adamw;
 }
 
 double clip_scale(const abi::KernelParams& k, double norm) {
@@ -99,7 +99,7 @@ double clip_scale(const abi::KernelParams& k, double norm) {
     return max_unorm > 0.0 && norm > max_unorm ? max_unorm / norm : 1.0;
 }
 
-double apply(Algorithm a, const abi::KernelParams& k, double param, double update, double scale) {
+double apply(UpdateRule a, const abi::KernelParams& k, double param, double update, double scale) {
     const double decayed = decoupled(a) ? param * static_cast<double>(k.decay) : param;
     return decayed - scale * update;
 }
@@ -119,58 +119,58 @@ double from_bf16_bits(std::uint16_t bits) noexcept {
     return decode(kBf16, bits);
 }
 
-std::uint32_t to_bits(DType dtype, double value) noexcept {
-    switch (dtype) {
-        case DType::f16:
+std::uint32_t to_bits(ElementType type, double value) noexcept {
+    switch (type) {
+        case ElementType::fp16:
             return to_half_bits(value);
-        case DType::bf16:
+        case ElementType::bf16:
             return to_bf16_bits(value);
-        case DType::f32:
+        case ElementType::fp32:
             break;
     }
     return std::bit_cast<std::uint32_t>(static_cast<float>(value));
 }
 
-double from_bits(DType dtype, std::uint32_t bits) noexcept {
-    switch (dtype) {
-        case DType::f16:
+double from_bits(ElementType type, std::uint32_t bits) noexcept {
+    switch (type) {
+        case ElementType::fp16:
             return from_half_bits(static_cast<std::uint16_t>(bits));
-        case DType::bf16:
+        case ElementType::bf16:
             return from_bf16_bits(static_cast<std::uint16_t>(bits));
-        case DType::f32:
+        case ElementType::fp32:
             break;
     }
     return std::bit_cast<float>(bits);
 }
 
-std::int64_t ulp_distance(DType dtype, std::uint32_t a, std::uint32_t b) noexcept {
-    const int width = dtype == DType::f32 ? 32 : 16;
+std::int64_t ulp_distance(ElementType type, std::uint32_t a, std::uint32_t b) noexcept {
+    const int width = type == ElementType::fp32 ? 32 : 16;
     const std::int64_t d = ordered(a, width) - ordered(b, width);
     return d < 0 ? -d : d;
 }
 
-ElementResult update_element(Algorithm algorithm, const abi::KernelParams& k, double param, double grad,
+ElementResult update_element(UpdateRule rule, const abi::KernelParams& k, double param, double grad,
                              double state1, double state2) noexcept {
     ElementResult r{param, state1, state2, 0.0, false};
     if (!std::isfinite(static_cast<float>(grad) * k.inv_grad_scale)) return r;
     r.applied = true;
     double g = grad * static_cast<double>(k.inv_grad_scale);
     const double wd = k.weight_decay;
-    if (!decoupled(algorithm) && wd != 0.0) g += wd * param;
+    if (!decoupled(rule) && wd != 0.0) g += wd * param;
     const double beta1 = k.beta1;
     const double beta2 = k.beta2;
     const double eps = k.eps;
     const double lr = k.lr;
-    switch (algorithm) {
-        case Algorithm::adam:
-        case Algorithm::adamw: {
+    switch (rule) {
+        case UpdateRule::adam:
+        case UpdateRule::adamw: {
             r.state1 = beta1 * state1 + (1.0 - beta1) * g;
             r.state2 = beta2 * state2 + (1.0 - beta2) * g * g;
             const double denom = std::sqrt(r.state2) / static_cast<double>(k.bias_correction2_sqrt) + eps;
             r.update = static_cast<double>(k.step_size) * r.state1 / denom;
             break;
         }
-        case Algorithm::sgd: {
+        case UpdateRule::sgd: {
             double direction = g;
             const double momentum = k.momentum;
             if (momentum != 0.0) {
@@ -180,32 +180,32 @@ ElementResult update_element(Algorithm algorithm, const abi::KernelParams& k, do
             r.update = lr * direction;
             break;
         }
-        case Algorithm::lion: {
+        case UpdateRule::lion: {
             const double c = beta1 * state1 + (1.0 - beta1) * g;
             r.update = c > 0.0 ? lr : (c < 0.0 ? -lr : 0.0);
             r.state1 = beta2 * state1 + (1.0 - beta2) * g;
             break;
         }
-        case Algorithm::rmsprop: {
+        case UpdateRule::rmsprop: {
             const double alpha = k.alpha;
             r.state1 = alpha * state1 + (1.0 - alpha) * g * g;
             r.update = lr * g / (std::sqrt(r.state1) + eps);
             break;
         }
-        case Algorithm::adagrad: {
+        case UpdateRule::adagrad: {
             r.state1 = state1 + g * g;
             r.update = static_cast<double>(k.step_size) * g / (std::sqrt(r.state1) + eps);
             break;
         }
     }
-    r.param = apply(algorithm, k, param, r.update, 1.0);
+    r.param = apply(rule, k, param, r.update, 1.0);
     return r;
 }
 
-StepReport step(Algorithm algorithm, const abi::KernelParams& k, std::span<double> param,
+StepReport step(UpdateRule rule, const abi::KernelParams& k, std::span<double> param,
                 std::span<const double> grad, std::span<double> state1, std::span<double> state2) {
-    const bool with1 = uses_state1(algorithm, k);
-    const bool with2 = uses_state2(algorithm);
+    const bool with1 = uses_state1(rule, k);
+    const bool with2 = uses_state2(rule);
     check_size(param.size(), grad.size(), "the gradient");
     if (with1) check_size(param.size(), state1.size(), "state1");
     if (with2) check_size(param.size(), state2.size(), "state2");
@@ -215,7 +215,7 @@ StepReport step(Algorithm algorithm, const abi::KernelParams& k, std::span<doubl
     double sum_squares = 0.0;
     for (std::size_t i = 0; i < param.size(); ++i) {
         results[i] =
-            update_element(algorithm, k, param[i], grad[i], with1 ? state1[i] : 0.0, with2 ? state2[i] : 0.0);
+            update_element(rule, k, param[i], grad[i], with1 ? state1[i] : 0.0, with2 ? state2[i] : 0.0);
         if (results[i].applied) {
             sum_squares += results[i].update * results[i].update;
         } else {
@@ -227,7 +227,7 @@ StepReport step(Algorithm algorithm, const abi::KernelParams& k, std::span<doubl
     for (std::size_t i = 0; i < param.size(); ++i) {
         const ElementResult& r = results[i];
         if (!r.applied) continue;
-        param[i] = apply(algorithm, k, param[i], r.update, report.update_scale);
+        param[i] = apply(rule, k, param[i], r.update, report.update_scale);
         if (with1) state1[i] = r.state1;
         if (with2) state2[i] = r.state2;
     }
@@ -262,10 +262,10 @@ bool codes_agree(const QuantMap& map, std::uint8_t device_code, std::uint8_t ref
     return std::abs(normalized - midpoint) <= tolerance;
 }
 
-StepReport step_8bit(Algorithm algorithm, const abi::KernelParams& k, std::span<double> param,
+StepReport step_8bit(UpdateRule rule, const abi::KernelParams& k, std::span<double> param,
                      std::span<const double> grad, QuantizedState* state1, QuantizedState* state2) {
-    const bool with1 = uses_state1(algorithm, k);
-    const bool with2 = uses_state2(algorithm);
+    const bool with1 = uses_state1(rule, k);
+    const bool with2 = uses_state2(rule);
     const std::size_t n = param.size();
     check_size(n, grad.size(), "the gradient");
     const std::size_t blocks = (n + kQuantBlockSize - 1) / kQuantBlockSize;
@@ -287,7 +287,7 @@ StepReport step_8bit(Algorithm algorithm, const abi::KernelParams& k, std::span<
     for (std::size_t i = 0; i < n; ++i) {
         const double s1 = with1 ? state1->value(i) : 0.0;
         const double s2 = with2 ? state2->value(i) : 0.0;
-        results[i] = update_element(algorithm, k, param[i], grad[i], s1, s2);
+        results[i] = update_element(rule, k, param[i], grad[i], s1, s2);
         if (results[i].applied) {
             sum_squares += results[i].update * results[i].update;
         } else {
@@ -299,8 +299,7 @@ StepReport step_8bit(Algorithm algorithm, const abi::KernelParams& k, std::span<
 
     // Pass 2: parameters from the unquantized state, then requantize block by block.
     for (std::size_t i = 0; i < n; ++i) {
-        if (results[i].applied)
-            param[i] = apply(algorithm, k, param[i], results[i].update, report.update_scale);
+        if (results[i].applied) param[i] = apply(rule, k, param[i], results[i].update, report.update_scale);
     }
     const auto requantize = [&](QuantizedState& state, double ElementResult::*field) {
         state.normalized.assign(n, 0.0);

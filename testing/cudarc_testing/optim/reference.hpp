@@ -12,6 +12,8 @@
 #include <span>
 #include <vector>
 
+#include "cudarc/optim/element_type.hpp"
+#include "cudarc/optim/options.hpp"
 #include "optim/kernel_abi.hpp"
 #include "optim/quantization.hpp"
 
@@ -24,11 +26,11 @@ namespace cudarc::optim::reference {
 [[nodiscard]] std::uint16_t to_bf16_bits(double value) noexcept;
 [[nodiscard]] double from_half_bits(std::uint16_t bits) noexcept;
 [[nodiscard]] double from_bf16_bits(std::uint16_t bits) noexcept;
-// Rounds to `dtype`'s bits (f32: the float's 32 bits; f16/bf16: the 16 bits in the low half).
-[[nodiscard]] std::uint32_t to_bits(DType dtype, double value) noexcept;
-[[nodiscard]] double from_bits(DType dtype, std::uint32_t bits) noexcept;
-// How many representable values apart two non-NaN values of `dtype` are (0: equal; +0 and -0 are 0 apart).
-[[nodiscard]] std::int64_t ulp_distance(DType dtype, std::uint32_t a, std::uint32_t b) noexcept;
+// Rounds to `type`'s bits (fp32: the float's 32 bits; fp16/bf16: the 16 bits in the low half).
+[[nodiscard]] std::uint32_t to_bits(ElementType type, double value) noexcept;
+[[nodiscard]] double from_bits(ElementType type, std::uint32_t bits) noexcept;
+// How many representable values apart two non-NaN values of `type` are (0: equal; +0 and -0 are 0 apart).
+[[nodiscard]] std::int64_t ulp_distance(ElementType type, std::uint32_t a, std::uint32_t b) noexcept;
 
 // --- One element ----------------------------------------------------------------------------------
 struct ElementResult {
@@ -41,7 +43,7 @@ struct ElementResult {
 
 // One element's step. `grad` is the stored (loss-scaled) gradient. The finiteness test is the
 // kernel's, in float: float(grad) * inv_grad_scale must be finite.
-[[nodiscard]] ElementResult update_element(Algorithm algorithm, const abi::KernelParams& params, double param,
+[[nodiscard]] ElementResult update_element(UpdateRule rule, const abi::KernelParams& params, double param,
                                            double grad, double state1, double state2) noexcept;
 
 // --- Whole tensors ----------------------------------------------------------------------------------
@@ -51,9 +53,9 @@ struct StepReport {
     double update_scale = 1.0;  // min(1, max_unorm / update_norm) when max_unorm > 0, else 1
 };
 
-// One step with fp32 state, in place. Arrays an algorithm does not use (abi::state_count) may be
+// One step with fp32 state, in place. Arrays a rule does not use (detail::state_arrays) may be
 // empty; used ones must have param.size() elements (else cudarc::Error, nothing changed).
-StepReport step(Algorithm algorithm, const abi::KernelParams& params, std::span<double> param,
+StepReport step(UpdateRule rule, const abi::KernelParams& params, std::span<double> param,
                 std::span<const double> grad, std::span<double> state1, std::span<double> state2);
 
 // 8-bit blockwise state in the kernels' storage format, plus what the last step computed before
@@ -76,7 +78,7 @@ struct QuantizedState {
 // (double), update each element (double), absmax = float(max |new state|) over the block (kept
 // values included), parameters from the unquantized new state, codes = nearest code (double search)
 // of new state / absmax. Unused states may be null; used ones must match param's size.
-StepReport step_8bit(Algorithm algorithm, const abi::KernelParams& params, std::span<double> param,
+StepReport step_8bit(UpdateRule rule, const abi::KernelParams& params, std::span<double> param,
                      std::span<const double> grad, QuantizedState* state1, QuantizedState* state2);
 
 // The nearest code to `normalized` in double, by the kernels' rule (binary search for the last

@@ -1,0 +1,54 @@
+// Optimizer updates with fp32 or 8-bit blockwise state, compiled at run time by NVRTC or hiprtc.
+//
+// Two kernel templates, each instantiated through a name expression for one (rule, element type, state
+// precision, pass):
+//
+//     cudarc_optim::tensor_step<RULE, ELEMENT, PRECISION, NORM_PASS>   one tensor
+//     cudarc_optim::multi_step<RULE, ELEMENT, PRECISION, NORM_PASS>    many tensors, through chunk tables
+//
+// RULE, ELEMENT and PRECISION are the values of cudarc::optim::UpdateRule, ElementType and StatePrecision
+// (kAdam..., kFp32..., kStateFp32... in optim_common.cuh); NORM_PASS is false for the update and true for
+// the max_unorm pass before it. src/optim/kernel_abi.hpp spells the expressions (abi::kernel_name) and
+// holds the parameter lists, launch shapes and workspace rules; docs/optimizers.md has the formulas.
+#include "optim_device.cuh"
+
+// Note: __launch_bounds__ is a macro on HIP: its template arguments go in parentheses, or their comma
+// would split them.
+
+namespace cudarc_optim {
+
+template <int kElement>
+struct ElementOf;
+template <>
+struct ElementOf<kFp32> {
+    typedef Fp32 type;
+};
+template <>
+struct ElementOf<kFp16> {
+    typedef Fp16 type;
+};
+template <>
+struct ElementOf<kBf16> {
+    typedef Bf16 type;
+};
+
+template <int kRule, int kElement, int kPrecision, bool kNormPass>
+__global__ void __launch_bounds__((LaunchBounds<kPrecision == kStateBlockwise8, kNormPass>::threads),
+                                  (LaunchBounds<kPrecision == kStateBlockwise8, kNormPass>::min_blocks))
+    tensor_step(OptimTensor tensor, OptimParams params, const QuantMapImage* qmap1,
+                const QuantMapImage* qmap2, int* nonfinite_flag, unsigned* blocks_done) {
+    tensor_kernel<kRule, typename ElementOf<kElement>::type, kPrecision == kStateBlockwise8, kNormPass>(
+        tensor, params, qmap1, qmap2, nonfinite_flag, blocks_done);
+}
+
+template <int kRule, int kElement, int kPrecision, bool kNormPass>
+__global__ void __launch_bounds__((LaunchBounds<kPrecision == kStateBlockwise8, kNormPass>::threads),
+                                  (LaunchBounds<kPrecision == kStateBlockwise8, kNormPass>::min_blocks))
+    multi_step(const OptimTensor* tensors, const OptimChunk* chunks, int num_chunks, int num_tensors,
+               OptimParams params, const QuantMapImage* qmap1, const QuantMapImage* qmap2,
+               int* nonfinite_flag, unsigned* blocks_done) {
+    multi_tensor_kernel<kRule, typename ElementOf<kElement>::type, kPrecision == kStateBlockwise8, kNormPass>(
+        tensors, chunks, num_chunks, num_tensors, params, qmap1, qmap2, nonfinite_flag, blocks_done);
+}
+
+}  // namespace cudarc_optim
