@@ -42,10 +42,9 @@ T* device_pointer(DevicePtr address) noexcept {
     return reinterpret_cast<T*>(static_cast<std::uintptr_t>(address));
 }
 
-void check_same_device(std::string_view where, const Stream& stream, const ParamTensor& tensor,
-                       std::size_t index) {
-    const int device = stream.device_ordinal();
-    if (tensor.param_bytes().device_ordinal() != device || tensor.grad_bytes().device_ordinal() != device) {
+// `device`: the stream's ordinal.
+void check_same_device(std::string_view where, int device, const ParamTensor& tensor, std::size_t index) {
+    if (tensor.device_ordinal() != device) {
         throw Error(fmt::format("{}: tensor {} is not in device {}'s memory (the stream's device)", where,
                                 index, device));
     }
@@ -195,7 +194,7 @@ GroupId OptimizerState::add_group(Stream& stream, const GroupOptions& group_opti
     std::vector<std::int64_t> numels;
     std::vector<TensorAddresses> addresses;
     for (std::size_t i = 0; i < tensors.size(); ++i) {
-        check_same_device(where, stream, tensors[i], i);
+        check_same_device(where, device.ordinal(), tensors[i], i);
         types.push_back(tensors[i].element_type());
         numels.push_back(static_cast<std::int64_t>(tensors[i].numel()));
         addresses.push_back(TensorAddresses{tensors[i].param_ptr(), tensors[i].grad_ptr()});
@@ -256,7 +255,7 @@ void OptimizerState::step_tensor(Stream& stream, GroupId id, std::size_t index, 
     Group& g = group(id, where);
     check_tensor(where, g.layout, index, tensor);
     check_stream(where, stream);
-    check_same_device(where, stream, tensor, index);
+    check_same_device(where, device.ordinal(), tensor, index);
     const abi::KernelParams params =
         kernel_params(where, options.rule, g.options, grad_scale, g.steps[index] + 1);
     const TensorLayout& t = g.layout.tensors[index];
@@ -275,7 +274,7 @@ void OptimizerState::step_tensor(Stream& stream, GroupId id, std::size_t index, 
         kBlockThreads};
 
     prepare(stream, g, std::span<const ParamTensor>(&tensor, 1));
-    prefetch(stream, g.state.view(t.begin, t.end - t.begin));
+    if (placement == StatePlacement::managed) prefetch(stream, g.state.view(t.begin, t.end - t.begin));
     if (params.max_unorm > 0.0f) {
         launch(stream, config, set.tensor_unorm, desc, params, map(1), map(2), flag, blocks_done);
     }
@@ -289,7 +288,8 @@ void OptimizerState::step_group(Stream& stream, GroupId id, std::span<const Para
     Group& g = group(id, where);
     check_tensors(where, g.layout, tensors);
     check_stream(where, stream);
-    for (std::size_t i = 0; i < tensors.size(); ++i) check_same_device(where, stream, tensors[i], i);
+    const int ordinal = device.ordinal();
+    for (std::size_t i = 0; i < tensors.size(); ++i) check_same_device(where, ordinal, tensors[i], i);
 
     // Everything that can throw for bad input is decided before any work is enqueued.
     struct BucketPlan {
@@ -325,7 +325,7 @@ void OptimizerState::step_group(Stream& stream, GroupId id, std::span<const Para
     }
 
     prepare(stream, g, tensors);
-    prefetch(stream, g.state.view());
+    if (placement == StatePlacement::managed) prefetch(stream, g.state.view());
 
     int* flag = device_pointer<int>(g.state.device_ptr() + g.layout.flag_offset);
     auto* blocks_done = device_pointer<unsigned>(g.state.device_ptr() + g.layout.counter_offset);

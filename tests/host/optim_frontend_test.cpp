@@ -79,6 +79,9 @@ TEST_CASE("optim.frontend_param_tensor_checks_sizes") {
     CHECK(ok.element_type() == ElementType::fp32);
     CHECK(ok.param_ptr() == 0x10000);
     CHECK(ok.grad_ptr() == 0x20000);
+    CHECK(ok.param_bytes().size() == n * sizeof(float));
+    CHECK(ok.grad_bytes().device_ptr() == 0x20000);
+    CHECK(ok.device_ordinal() == -1);  // a buffer that belongs to no device
     const optim::ParamTensor bf(fake.view<optim::bf16_bits>(0x10000, n),
                                 fake.view<optim::bf16_bits>(0x20000, n));
     CHECK(bf.element_type() == ElementType::bf16);

@@ -21,6 +21,7 @@ class ParamTensor {
     ParamTensor(DeviceView<T> param, DeviceView<const T> grad)
         : type_(element_type_of<T>),
           numel_(param.size()),
+          device_(param.device_ordinal() == grad.device_ordinal() ? param.device_ordinal() : -1),
           param_(as_writable_bytes(param)),
           grad_(as_bytes(grad)) {
         if (grad.size() != param.size()) throw_size_mismatch(param.size(), grad.size());
@@ -34,6 +35,9 @@ class ParamTensor {
     [[nodiscard]] std::size_t numel() const noexcept { return numel_; }
     [[nodiscard]] DevicePtr param_ptr() const noexcept { return param_.device_ptr(); }
     [[nodiscard]] DevicePtr grad_ptr() const noexcept { return grad_.device_ptr(); }
+    // The ordinal of the device whose memory holds both, or -1 when they are on different devices (or
+    // either is a view of an empty slice). Note: kept, so that a step checks 1000 tensors cheaply.
+    [[nodiscard]] int device_ordinal() const noexcept { return device_; }
     // The parameter (written by a step) and the gradient (read), as bytes.
     [[nodiscard]] DeviceView<std::byte> param_bytes() const noexcept { return param_; }
     [[nodiscard]] DeviceView<const std::byte> grad_bytes() const noexcept { return grad_; }
@@ -43,6 +47,7 @@ class ParamTensor {
 
     ElementType type_;
     std::size_t numel_;
+    int device_;
     DeviceView<std::byte> param_;
     DeviceView<const std::byte> grad_;
 };
