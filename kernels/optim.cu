@@ -12,6 +12,10 @@
 // holds the parameter lists, launch shapes and workspace rules; docs/optimizers.md has the formulas.
 #include "optim_device.cuh"
 
+// Adding a rule needs no kernel list here: a value of UpdateRule (optim_common.cuh and the public enum)
+// and its arithmetic in update_element / update_8bit. A per-step parameter block in device memory would be
+// one more entry per layout that loads the block once and calls the same body.
+//
 // Note: __launch_bounds__ is a macro on HIP: its template arguments go in parentheses, or their comma
 // would split them.
 
