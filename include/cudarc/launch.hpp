@@ -73,7 +73,7 @@ class KernelArg {
     [[nodiscard]] static KernelArg writes(DeviceView<T> view) noexcept {
         static_assert(!std::is_const_v<T>,
                       "KernelArg::writes needs a writable view (DeviceView<const T> given)");
-        return buffer(view.buffer(), view.device_ptr(), detail::Access::write);
+        return buffer(view.buffer(), view.device_ptr(), view.bytes(), detail::Access::write);
     }
     template <typename T>
     [[nodiscard]] static KernelArg writes(DeviceSlice<T>& slice) noexcept {
@@ -82,7 +82,7 @@ class KernelArg {
     // A buffer the kernel only reads (a const T* parameter).
     template <typename T>
     [[nodiscard]] static KernelArg reads(DeviceView<T> view) noexcept {
-        return buffer(view.buffer(), view.device_ptr(), detail::Access::read);
+        return buffer(view.buffer(), view.device_ptr(), view.bytes(), detail::Access::read);
     }
     template <typename T>
     [[nodiscard]] static KernelArg reads(const DeviceSlice<T>& slice) noexcept {
@@ -103,23 +103,33 @@ class KernelArg {
     // The bytes the kernel receives.
     [[nodiscard]] const void* data() const noexcept { return external_ != nullptr ? external_ : inline_; }
     [[nodiscard]] std::size_t size() const noexcept { return bytes_; }
-    // For a slice or view: its buffer and how the kernel uses it; null otherwise.
+    // For a slice or view: its buffer, the bytes it covers and how the kernel uses them; null otherwise.
     [[nodiscard]] detail::Buffer* tracked_buffer() const noexcept { return buffer_; }
+    [[nodiscard]] DevicePtr tracked_ptr() const noexcept { return buffer_ != nullptr ? address() : 0; }
+    [[nodiscard]] std::size_t tracked_bytes() const noexcept { return tracked_bytes_; }
     [[nodiscard]] detail::Access access() const noexcept { return access_; }
 
   private:
     KernelArg() = default;
-    static KernelArg buffer(detail::Buffer& buffer, DevicePtr address, detail::Access access) noexcept {
+    static KernelArg buffer(detail::Buffer& buffer, DevicePtr address, std::size_t bytes,
+                            detail::Access access) noexcept {
         KernelArg arg = pointer(address);
         arg.buffer_ = &buffer;
+        arg.tracked_bytes_ = bytes;
         arg.access_ = access;
         return arg;
+    }
+    [[nodiscard]] DevicePtr address() const noexcept {
+        DevicePtr address = 0;
+        std::memcpy(&address, inline_, sizeof(address));
+        return address;
     }
 
     alignas(16) unsigned char inline_[kInlineBytes] = {};
     const void* external_ = nullptr;
     std::size_t bytes_ = 0;
     detail::Buffer* buffer_ = nullptr;
+    std::size_t tracked_bytes_ = 0;
     detail::Access access_ = detail::Access::read;
 };
 

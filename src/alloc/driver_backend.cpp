@@ -83,7 +83,9 @@ bool DriverBackend::stream_capturing(StreamKey stream) {
     // A driver without the query cannot capture either.
     if (api_.stream_is_capturing == nullptr) return false;
     int status = sys::kStreamCaptureStatusNone;
-    sys::check(api_, api_.stream_is_capturing(to_stream(stream), &status), "cuStreamIsCapturing", device_);
+    const sys::Stream native =
+        hooks_.stream_of != nullptr ? hooks_.stream_of(hooks_.owner, stream) : to_stream(stream);
+    sys::check(api_, api_.stream_is_capturing(native, &status), "cuStreamIsCapturing", device_);
     // Note: an invalidated capture is still a capture until it is ended.
     return status != sys::kStreamCaptureStatusNone;
 }

@@ -27,6 +27,8 @@ class MemoryResource {
                             std::vector<StreamUse> uses) noexcept = 0;
     // Frees cached memory (no-op for sources that cache nothing).
     virtual void empty_cache() {}
+    // `stream` (foreign) was retired: nothing may name its key any more (Note [Stream identity]).
+    virtual void retire_stream(StreamState& stream) noexcept { static_cast<void>(stream); }
 };
 
 }  // namespace cudarc::detail

@@ -20,10 +20,12 @@ class Stream;
 
 namespace cudarc::detail {
 
-// One tracked argument: the buffer behind a DeviceSlice / DeviceView, how the kernel uses it, and its
-// position in the argument list (for error messages).
+// One tracked argument: the buffer behind a DeviceSlice / DeviceView, the bytes the view covers, how the
+// kernel uses them, and the argument's position in the list (for error messages).
 struct TrackedAccess {
     Buffer* buffer = nullptr;
+    DevicePtr ptr = 0;
+    std::size_t bytes = 0;
     Access access = Access::read;
     unsigned argument = 0;
 };
@@ -250,8 +252,9 @@ class PackedArguments<void(Params...), Args...> {
     void note_access(Arg& arg, std::size_t& slot, unsigned index) noexcept {
         if constexpr (is_tracked_argument_v<Arg>) {
             const bool kernel_writes = !std::is_const_v<std::remove_pointer_t<Param>>;
-            tracked_[slot++] =
-                TrackedAccess{&as_view(arg).buffer(), kernel_writes ? Access::write : Access::read, index};
+            const auto view = as_view(arg);
+            tracked_[slot++] = TrackedAccess{&view.buffer(), view.device_ptr(), view.bytes(),
+                                             kernel_writes ? Access::write : Access::read, index};
         } else {
             static_cast<void>(arg);
             static_cast<void>(slot);
