@@ -44,17 +44,21 @@ inline Stream legacy_stream() noexcept {
 }
 
 // Flags and enumerations used by core code (values from the CUDA driver API).
-inline constexpr unsigned kStreamNonBlocking = 0x1;      // CU_STREAM_NON_BLOCKING
-inline constexpr unsigned kEventDefault = 0x0;           // CU_EVENT_DEFAULT
-inline constexpr unsigned kEventDisableTiming = 0x2;     // CU_EVENT_DISABLE_TIMING
-inline constexpr unsigned kMemHostAllocPortable = 0x1;   // CU_MEMHOSTALLOC_PORTABLE
-inline constexpr unsigned kMemAttachGlobal = 0x1;        // CU_MEM_ATTACH_GLOBAL
-inline constexpr int kMemPoolAttrReleaseThreshold = 4;   // CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
-inline constexpr int kStreamCaptureModeThreadLocal = 1;  // CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
-inline constexpr int kStreamCaptureStatusNone = 0;       // CU_STREAM_CAPTURE_STATUS_NONE
-inline constexpr int kStreamCaptureStatusActive = 1;     // CU_STREAM_CAPTURE_STATUS_ACTIVE
-inline constexpr int kPointerAttributeMemoryType = 2;    // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
-inline constexpr unsigned kMemoryTypeHost = 1;           // CU_MEMORYTYPE_HOST
+inline constexpr unsigned kStreamNonBlocking = 0x1;       // CU_STREAM_NON_BLOCKING
+inline constexpr unsigned kEventDefault = 0x0;            // CU_EVENT_DEFAULT
+inline constexpr unsigned kEventDisableTiming = 0x2;      // CU_EVENT_DISABLE_TIMING
+inline constexpr unsigned kMemHostAllocPortable = 0x1;    // CU_MEMHOSTALLOC_PORTABLE
+inline constexpr unsigned kMemAttachGlobal = 0x1;         // CU_MEM_ATTACH_GLOBAL
+inline constexpr int kMemPoolAttrReleaseThreshold = 4;    // CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
+inline constexpr int kStreamCaptureModeThreadLocal = 1;   // CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+inline constexpr int kStreamCaptureStatusNone = 0;        // CU_STREAM_CAPTURE_STATUS_NONE
+inline constexpr int kStreamCaptureStatusActive = 1;      // CU_STREAM_CAPTURE_STATUS_ACTIVE
+inline constexpr int kPointerAttributeMemoryType = 2;     // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+inline constexpr unsigned kMemoryTypeHost = 1;            // CU_MEMORYTYPE_HOST
+inline constexpr unsigned kMemoryTypeDevice = 2;          // CU_MEMORYTYPE_DEVICE
+inline constexpr int kPointerAttributeContext = 1;        // CU_POINTER_ATTRIBUTE_CONTEXT
+inline constexpr int kPointerAttributeIsManaged = 8;      // CU_POINTER_ATTRIBUTE_IS_MANAGED
+inline constexpr int kPointerAttributeDeviceOrdinal = 9;  // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
 
 // CUdevice_attribute values the library reads.
 namespace attr {
@@ -190,6 +194,8 @@ struct DriverApi {
     // (kMemoryTypeHost) from pageable memory (0). Unlike the singular form it reports an unknown pointer
     // as success with zeroed values, not as an error. Null: treat every host pointer as page-locked.
     Result (*pointer_get_attributes)(unsigned count, int* attributes, void** data, DevicePtr ptr) = nullptr;
+    // cuMemGetAddressRange: the allocation containing `ptr` (borrowed memory's bounds check). Optional.
+    Result (*mem_get_address_range)(DevicePtr* base, std::size_t* size, DevicePtr ptr) = nullptr;
 
     // Modules and launches
     Result (*module_load_data)(Module* module, const void* image) = nullptr;

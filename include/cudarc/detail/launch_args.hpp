@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "cudarc/borrowed.hpp"
 #include "cudarc/detail/buffer.hpp"
 #include "cudarc/kernel.hpp"
 #include "cudarc/launch_config.hpp"
@@ -42,11 +43,18 @@ template <typename T>
 struct element_of<DeviceView<T>> {
     using type = T;
 };
+template <typename T>
+struct element_of<BorrowedSlice<T>> {
+    using type = T;
+};
 
+// Slices (owning or borrowed) pass by lvalue; a const one, or one of const elements, only as const T*.
 template <typename T>
 inline constexpr bool is_slice_v = false;
 template <typename T>
 inline constexpr bool is_slice_v<DeviceSlice<T>> = true;
+template <typename T>
+inline constexpr bool is_slice_v<BorrowedSlice<T>> = true;
 
 // Whether an argument of forwarded type `Arg` (e.g. `DeviceSlice<float>&`) feeds hazard tracking.
 template <typename Arg>
@@ -90,7 +98,8 @@ consteval ArgumentCheck check_argument() {
             return ArgumentCheck::buffer_for_value;
         } else {
             using Element = typename element_of<A>::type;
-            return check_buffer_for_pointer<Param, Element, std::is_const_v<std::remove_reference_t<Arg>>>();
+            return check_buffer_for_pointer < Param, Element,
+                   std::is_const_v<std::remove_reference_t<Arg>> || std::is_const_v < Element >> ();
         }
     } else if constexpr (is_slice_or_view_v<A>) {
         if constexpr (!param_is_pointer) {
@@ -189,6 +198,14 @@ auto as_view(DeviceSlice<T>& slice) noexcept {
 }
 template <typename T>
 auto as_view(const DeviceSlice<T>& slice) noexcept {
+    return slice.view();
+}
+template <typename T>
+auto as_view(BorrowedSlice<T>& slice) noexcept {
+    return slice.view();
+}
+template <typename T>
+auto as_view(const BorrowedSlice<T>& slice) noexcept {
     return slice.view();
 }
 
