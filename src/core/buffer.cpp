@@ -93,6 +93,27 @@ void HazardTracker::note_use(unsigned slot) noexcept {
     s.last_use = ++tick_;
 }
 
+void HazardTracker::record_after_use(StreamState& stream) noexcept {
+    for (Slot& slot : slots_) {
+        if (slot.stream.get() != &stream) continue;
+        if (slot.event != nullptr || !stream.alive()) return;  // recorded after the latest use already
+        DeviceState& device = stream.device();
+        try {
+            sys::Event event = device.events().acquire();
+            try {
+                device.record_into(event, stream.handle());
+            } catch (...) {
+                device.events().release(event);
+                throw;
+            }
+            slot.event = event;
+        } catch (...) {
+            // No event: a waiter records one lazily (more ordering, never less).
+        }
+        return;
+    }
+}
+
 void HazardTracker::drop_all_but(unsigned keep) noexcept {
     for (unsigned i = 0; i < slots_.size(); ++i) {
         if (i != keep) free_slot(slots_[i]);
@@ -156,6 +177,10 @@ void HazardState::before_access_slow(StreamState& stream, std::size_t offset, st
         exclusive_ = t.stream_of(static_cast<unsigned>(writer));
         t.drop_all_but(static_cast<unsigned>(writer));
     }
+}
+
+void HazardState::after_access_slow(StreamState& stream) noexcept {
+    tracker_->record_after_use(stream);
 }
 
 void HazardState::record_use(StreamState& stream) {
@@ -343,6 +368,10 @@ void prepare_access(const Stream& stream, Buffer& buffer, DevicePtr ptr, std::si
                                    access);
 }
 
+void finish_access(const Stream& stream, Buffer& buffer) noexcept {
+    buffer.hazards().after_access(stream.state());
+}
+
 void prepare_access(const Stream& stream, Buffer& buffer, Access access) {
     buffer.check_same_device(stream);
     buffer.hazards().before_access(stream.state(), 0, buffer.bytes(), access);
@@ -354,6 +383,7 @@ void copy_host_to_device(Stream& stream, Buffer& dst, DevicePtr dst_ptr, const v
     DeviceState& device = stream.state().device();
     device.bind();
     device.check(device.api().memcpy_htod_async(dst_ptr, src, bytes, stream.native()), "cuMemcpyHtoDAsync");
+    finish_access(stream, dst);
 }
 
 void copy_device_to_host(Stream& stream, void* dst, Buffer& src, DevicePtr src_ptr, std::size_t bytes) {
@@ -363,6 +393,7 @@ void copy_device_to_host(Stream& stream, void* dst, Buffer& src, DevicePtr src_p
     device.bind();
     const sys::DriverApi& api = device.api();
     device.check(api.memcpy_dtoh_async(dst, src_ptr, bytes, stream.native()), "cuMemcpyDtoHAsync");
+    finish_access(stream, src);
     // Note: into pageable memory the "async" copy returns only once the data is there, so a synchronize
     // would be redundant. Only page-locked memory needs one.
     unsigned memory_type = 0;
@@ -391,6 +422,8 @@ void copy_device_to_device(Stream& stream, Buffer& dst, DevicePtr dst_ptr, Buffe
     device.bind();
     device.check(device.api().memcpy_dtod_async(dst_ptr, src_ptr, bytes, stream.native()),
                  "cuMemcpyDtoDAsync");
+    finish_access(stream, src);
+    finish_access(stream, dst);
 }
 
 void memset_bytes(Stream& stream, Buffer& dst, DevicePtr dst_ptr, unsigned char value, std::size_t bytes) {
@@ -406,6 +439,7 @@ void memset_bytes(Stream& stream, Buffer& dst, DevicePtr dst_ptr, unsigned char 
     } else {
         device.check(device.api().memset_d8_async(dst_ptr, value, bytes, stream.native()), "cuMemsetD8Async");
     }
+    finish_access(stream, dst);
 }
 
 void throw_out_of_range(const char* what, std::size_t offset, std::size_t count, std::size_t size) {

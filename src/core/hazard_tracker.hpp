@@ -15,6 +15,14 @@ namespace cudarc::detail {
 
 class StreamState;
 
+// Note [Eager events]
+// An event recorded when a waiter first needs it covers the user's stream's work so far, which may include
+// work enqueued after the use (on other ranges, or other buffers). Two streams that each write their own
+// items of one buffer, round after round, would then wait for one another's current round. So once a
+// buffer is used by several streams (the slow path), every access records an event on its stream right
+// after its work is enqueued (HazardState::after_access), and waiters reuse it. On the single-stream fast
+// path nothing is recorded; the first waiter after it records lazily (the fast path stays free).
+//
 // Note [Cross-stream ordering]
 // wait_for_use() is the one place where a stream is made to wait for another stream's use of a buffer:
 // hazard tracking, frees and releases of borrowed memory all come through it. The event is recorded lazily
@@ -50,6 +58,8 @@ class HazardTracker {
     void wait_for(StreamState& waiter, RangeTable::Mask slots);
     // `slot` used the buffer again: an event recorded before no longer covers its uses.
     void note_use(unsigned slot) noexcept;
+    // Records an event on `stream`'s slot after its latest use, unless one is there (Note [Eager events]).
+    void record_after_use(StreamState& stream) noexcept;
     // Frees every slot but `keep` (the table names no other).
     void drop_all_but(unsigned keep) noexcept;
     // One entry per slot the table names (events moved out), every slot freed.

@@ -65,6 +65,7 @@ void PinnedAllocation::copy_from_device_async(Stream& stream, void* dst, Buffer&
     device_->bind();
     device_->check(device_->api().memcpy_dtoh_async(dst, src_ptr, bytes, stream.native()),
                    "cuMemcpyDtoHAsync");
+    finish_access(stream, src);
     note_copy(stream);
 }
 
@@ -75,6 +76,7 @@ void PinnedAllocation::copy_to_device_async(Stream& stream, Buffer& dst, DeviceP
     device_->bind();
     device_->check(device_->api().memcpy_htod_async(dst_ptr, src, bytes, stream.native()),
                    "cuMemcpyHtoDAsync");
+    finish_access(stream, dst);
     note_copy(stream);
 }
 

@@ -176,6 +176,7 @@ void launch_packed(const Stream& stream, const LaunchConfig& config, const Funct
     if (result != sys::kSuccess) [[unlikely]]
         throw_launch_failure(device, config, function, result);
     AtomicCounters::bump(device.counters().kernel_launches);
+    for (std::size_t i = 0; i < access_count; ++i) accesses[i].buffer->hazards().after_access(stream_state);
 }
 
 }  // namespace detail

@@ -61,6 +61,13 @@ class HazardState {
         if (exclusive_ == &stream) return;  // Note [Single-stream fast path]
         before_access_slow(stream, offset, bytes, access);
     }
+    // Called once the access's work is enqueued on `stream`: in the slow path, records an event right after
+    // it, so that a later waiter on another stream orders after exactly this stream's uses of the buffer,
+    // not after whatever the stream runs next (Note [Eager events]). Never throws; nothing on the fast path.
+    void after_access(StreamState& stream) noexcept {
+        if (exclusive_ == &stream || !tracker_) return;
+        after_access_slow(stream);
+    }
     // Notes that `stream` uses the whole buffer outside the library's knowledge (raw pointers): no waits
     // are inserted, but later writers on other streams and the free wait for that stream's work.
     void record_use(StreamState& stream);
@@ -78,6 +85,7 @@ class HazardState {
 
   private:
     void before_access_slow(StreamState& stream, std::size_t offset, std::size_t bytes, Access access);
+    void after_access_slow(StreamState& stream) noexcept;
     HazardTracker& ensure_tracker();
 
     StreamState* exclusive_ = nullptr;
@@ -138,6 +146,8 @@ class Buffer {
 void prepare_access(const Stream& stream, Buffer& buffer, DevicePtr ptr, std::size_t bytes, Access access);
 // The same for the whole buffer.
 void prepare_access(const Stream& stream, Buffer& buffer, Access access);
+// After the work of a prepared access is enqueued (HazardState::after_access).
+void finish_access(const Stream& stream, Buffer& buffer) noexcept;
 
 // Non-template memory operations behind DeviceSlice<T> and cudarc::copy. Offsets and sizes in bytes;
 // callers have already checked bounds and sizes.
