@@ -114,12 +114,6 @@ void HazardTracker::record_after_use(StreamState& stream) noexcept {
     }
 }
 
-void HazardTracker::drop_all_but(unsigned keep) noexcept {
-    for (unsigned i = 0; i < slots_.size(); ++i) {
-        if (i != keep) free_slot(slots_[i]);
-    }
-}
-
 std::vector<StreamUse> HazardTracker::take_uses() {
     const RangeTable::Mask used = table_.used();
     std::vector<StreamUse> uses;
@@ -173,9 +167,10 @@ void HazardState::before_access_slow(StreamState& stream, std::size_t offset, st
     exclusive_ = nullptr;
     if (const int writer = t.table().sole_writer(); writer >= 0) {
         // Back to Note [Single-stream fast path]. The sole writer is `stream` (an access by another slot
-        // would have left that slot in the table), whose event note_use() just dropped.
+        // would have left that slot in the table), whose event note_use() just dropped. Note: the other
+        // slots stay (the table names none of them): a stream that comes back finds its slot without
+        // churn, and its old event is dropped by note_use() at that access, before anything waits on it.
         exclusive_ = t.stream_of(static_cast<unsigned>(writer));
-        t.drop_all_but(static_cast<unsigned>(writer));
     }
 }
 

@@ -60,8 +60,6 @@ class HazardTracker {
     void note_use(unsigned slot) noexcept;
     // Records an event on `stream`'s slot after its latest use, unless one is there (Note [Eager events]).
     void record_after_use(StreamState& stream) noexcept;
-    // Frees every slot but `keep` (the table names no other).
-    void drop_all_but(unsigned keep) noexcept;
     // One entry per slot the table names (events moved out), every slot freed.
     [[nodiscard]] std::vector<StreamUse> take_uses();
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "core/device_state.hpp"
@@ -217,4 +218,54 @@ TEST_CASE("interop.dlpack_round_trip_across_two_streams") {
     CHECK(DeleterSpy<dlpack::DLManagedTensor>::calls == 1);
     device.synchronize();
     CHECK(device.allocator_stats().allocated_bytes < allocated);
+}
+
+TEST_CASE("interop.optimizer_steps_borrowed_memory_like_its_own") {
+    // AdamW on parameters in raw cuMemAlloc memory (borrowed, owner stream given) and on the same values in
+    // DeviceSlices: bitwise equal results, no host synchronization, and the borrowed memory is not freed.
+    auto device = Device::open(0);
+    auto& state = *device.state();
+    auto owner = device.create_stream();
+    auto stream = device.create_stream();
+    constexpr std::size_t n = 100003;
+    const auto p_host = random_floats(n);
+    const auto g_host = random_floats(n);
+    const DevicePtr raw_p = raw_alloc(device, n * sizeof(float));
+    const DevicePtr raw_g = raw_alloc(device, n * sizeof(float));
+    state.bind();
+    state.check(state.api().memcpy_htod_async(raw_p, p_host.data(), n * sizeof(float), owner.native()),
+                "cuMemcpyHtoDAsync");
+    state.check(state.api().memcpy_htod_async(raw_g, g_host.data(), n * sizeof(float), owner.native()),
+                "cuMemcpyHtoDAsync");
+    auto own_p = DeviceSlice<float>::from_host(stream, p_host);
+    const auto own_g = DeviceSlice<float>::from_host(stream, g_host);
+
+    optim::GroupOptions options = optim::default_options(optim::UpdateRule::adamw);
+    options.lr = 1e-2;
+    optim::Optimizer borrowed_opt(stream, {.rule = optim::UpdateRule::adamw});
+    optim::Optimizer own_opt(stream, {.rule = optim::UpdateRule::adamw});
+    std::vector<float> borrowed_result;
+    {
+        BorrowedSlice<float> p(device, raw_p, n, owner);
+        BorrowedSlice<const float> g(device, raw_g, n, owner);
+        const std::vector<optim::ParamTensor> borrowed_tensors = {{p.view(), g.view()}};
+        const std::vector<optim::ParamTensor> own_tensors = {{own_p, own_g}};
+        const auto bg = borrowed_opt.add_group(stream, options, borrowed_tensors);
+        const auto og = own_opt.add_group(stream, options, own_tensors);
+        const auto before = device.counters();
+        for (int step = 0; step < 3; ++step) {
+            borrowed_opt.step(stream, bg, borrowed_tensors);  // the first waits for the owner's uploads
+            own_opt.step(stream, og, own_tensors);
+        }
+        CHECK((device.counters() - before).host_synchronizations() == 0);
+        auto out = DeviceSlice<float>::zeros(stream, n);
+        copy(stream, out.view(), std::as_const(p).view());
+        borrowed_result = out.to_vector(stream);
+    }
+    const auto own_result = own_p.to_vector(stream);
+    CHECK(bitwise_equal(borrowed_result, own_result));
+    CHECK_FALSE(bitwise_equal(own_result, p_host));  // the steps changed something
+    owner.synchronize();
+    CHECK(state.api().mem_free(raw_p) == sys::kSuccess);  // still allocated: the slice freed nothing
+    CHECK(state.api().mem_free(raw_g) == sys::kSuccess);
 }
