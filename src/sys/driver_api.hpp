@@ -44,17 +44,19 @@ inline Stream legacy_stream() noexcept {
 }
 
 // Flags and enumerations used by core code (values from the CUDA driver API).
-inline constexpr unsigned kStreamNonBlocking = 0x1;       // CU_STREAM_NON_BLOCKING
-inline constexpr unsigned kEventDefault = 0x0;            // CU_EVENT_DEFAULT
-inline constexpr unsigned kEventDisableTiming = 0x2;      // CU_EVENT_DISABLE_TIMING
-inline constexpr unsigned kMemHostAllocPortable = 0x1;    // CU_MEMHOSTALLOC_PORTABLE
-inline constexpr unsigned kMemAttachGlobal = 0x1;         // CU_MEM_ATTACH_GLOBAL
-inline constexpr int kMemPoolAttrReleaseThreshold = 4;    // CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
-inline constexpr int kStreamCaptureModeThreadLocal = 1;   // CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
-inline constexpr int kStreamCaptureStatusNone = 0;        // CU_STREAM_CAPTURE_STATUS_NONE
-inline constexpr int kStreamCaptureStatusActive = 1;      // CU_STREAM_CAPTURE_STATUS_ACTIVE
-inline constexpr int kPointerAttributeMemoryType = 2;     // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
-inline constexpr unsigned kMemoryTypeHost = 1;            // CU_MEMORYTYPE_HOST
+inline constexpr unsigned kStreamNonBlocking = 0x1;      // CU_STREAM_NON_BLOCKING
+inline constexpr unsigned kEventDefault = 0x0;           // CU_EVENT_DEFAULT
+inline constexpr unsigned kEventDisableTiming = 0x2;     // CU_EVENT_DISABLE_TIMING
+inline constexpr unsigned kMemHostAllocPortable = 0x1;   // CU_MEMHOSTALLOC_PORTABLE
+inline constexpr unsigned kMemAttachGlobal = 0x1;        // CU_MEM_ATTACH_GLOBAL
+inline constexpr int kMemPoolAttrReleaseThreshold = 4;   // CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
+inline constexpr int kStreamCaptureModeThreadLocal = 1;  // CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+inline constexpr int kStreamCaptureStatusNone = 0;       // CU_STREAM_CAPTURE_STATUS_NONE
+inline constexpr int kStreamCaptureStatusActive = 1;     // CU_STREAM_CAPTURE_STATUS_ACTIVE
+inline constexpr int kPointerAttributeMemoryType = 2;    // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+inline constexpr unsigned kMemoryTypeHost = 1;           // CU_MEMORYTYPE_HOST
+
+// cuPointerGetAttributes attributes and memory types that borrowed memory is checked with.
 inline constexpr unsigned kMemoryTypeDevice = 2;          // CU_MEMORYTYPE_DEVICE
 inline constexpr int kPointerAttributeContext = 1;        // CU_POINTER_ATTRIBUTE_CONTEXT
 inline constexpr int kPointerAttributeIsManaged = 8;      // CU_POINTER_ATTRIBUTE_IS_MANAGED
