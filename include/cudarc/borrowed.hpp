@@ -29,7 +29,8 @@ namespace detail {
 // - Made from a device address, an element count, the Device and optionally the owner's stream (a
 //   cudarc Stream, typically Stream::wrap of the framework's current stream). The memory is checked: it
 //   must be device or managed memory of the device's context, and count * sizeof(T) bytes must lie
-//   inside one allocation.
+//   inside one allocation. (A driver table without cuPointerGetAttributes or cuMemGetAddressRange, such
+//   as HIP's today, skips the check it cannot make.)
 // - view() / view(offset, count) give DeviceViews that work with launch, copy, memset and
 //   optim::ParamTensor; cudarc tracks its own uses per byte range while the slice lives.
 // - With an owner stream, cudarc's first use on another stream waits for the owner's work submitted so
