@@ -1,9 +1,11 @@
 // cudarc — the umbrella header.
 #pragma once
 
+#include "cudarc/borrowed.hpp"
 #include "cudarc/copy.hpp"
 #include "cudarc/counters.hpp"
 #include "cudarc/device.hpp"
+#include "cudarc/dlpack.hpp"
 #include "cudarc/error.hpp"
 #include "cudarc/event.hpp"
 #include "cudarc/graph.hpp"

@@ -76,6 +76,8 @@ template <typename T>
 class DeviceSlice;
 template <typename T>
 class DeviceView;
+template <typename T>
+class BorrowedSlice;
 
 namespace detail {
 
@@ -85,6 +87,8 @@ template <typename T>
 inline constexpr bool is_slice_or_view_v<DeviceSlice<T>> = true;
 template <typename T>
 inline constexpr bool is_slice_or_view_v<DeviceView<T>> = true;
+template <typename T>
+inline constexpr bool is_slice_or_view_v<BorrowedSlice<T>> = true;
 
 // What a __global__ function can take: pointers and trivially copyable values (no references, no host
 // objects such as a DeviceSlice, whose bytes mean nothing on the device).

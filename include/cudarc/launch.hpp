@@ -46,12 +46,13 @@ void launch(Stream& stream, const LaunchConfig& config, const Kernel<void(Params
 
 // Orders work about to be enqueued on `stream` that reaches `view`'s memory through a raw address rather than
 // a slice argument (a kernel that reads buffer addresses from a table in device memory, say) after
-// conflicting earlier work on other streams, exactly as a launch orders its slice arguments: a
-// DeviceView<T> counts as written, a DeviceView<const T> as read. Throws cudarc::Error for memory of
-// another device, waiting for nothing.
+// conflicting earlier work on other streams, exactly as a launch orders its slice arguments: the access
+// covers exactly the view's bytes; a DeviceView<T> counts as written, a DeviceView<const T> as read. Since
+// the work comes later, no event is recorded after it here: a later waiter on another stream records one
+// then (Note [Eager events]). Throws cudarc::Error for memory of another device, waiting for nothing.
 template <typename T>
 void prepare_indirect_access(Stream& stream, DeviceView<T> view) {
-    detail::prepare_access(stream, view.buffer(),
+    detail::prepare_access(stream, view.buffer(), view.device_ptr(), view.bytes(),
                            std::is_const_v<T> ? detail::Access::read : detail::Access::write);
 }
 
@@ -84,7 +85,7 @@ class KernelArg {
     [[nodiscard]] static KernelArg writes(DeviceView<T> view) noexcept {
         static_assert(!std::is_const_v<T>,
                       "KernelArg::writes needs a writable view (DeviceView<const T> given)");
-        return buffer(view.buffer(), view.device_ptr(), detail::Access::write);
+        return buffer(view.buffer(), view.device_ptr(), view.bytes(), detail::Access::write);
     }
     template <typename T>
     [[nodiscard]] static KernelArg writes(DeviceSlice<T>& slice) noexcept {
@@ -93,7 +94,7 @@ class KernelArg {
     // A buffer the kernel only reads (a const T* parameter).
     template <typename T>
     [[nodiscard]] static KernelArg reads(DeviceView<T> view) noexcept {
-        return buffer(view.buffer(), view.device_ptr(), detail::Access::read);
+        return buffer(view.buffer(), view.device_ptr(), view.bytes(), detail::Access::read);
     }
     template <typename T>
     [[nodiscard]] static KernelArg reads(const DeviceSlice<T>& slice) noexcept {
@@ -114,23 +115,33 @@ class KernelArg {
     // The bytes the kernel receives.
     [[nodiscard]] const void* data() const noexcept { return external_ != nullptr ? external_ : inline_; }
     [[nodiscard]] std::size_t size() const noexcept { return bytes_; }
-    // For a slice or view: its buffer and how the kernel uses it; null otherwise.
+    // For a slice or view: its buffer, the bytes it covers and how the kernel uses them; null otherwise.
     [[nodiscard]] detail::Buffer* tracked_buffer() const noexcept { return buffer_; }
+    [[nodiscard]] DevicePtr tracked_ptr() const noexcept { return buffer_ != nullptr ? address() : 0; }
+    [[nodiscard]] std::size_t tracked_bytes() const noexcept { return tracked_bytes_; }
     [[nodiscard]] detail::Access access() const noexcept { return access_; }
 
   private:
     KernelArg() = default;
-    static KernelArg buffer(detail::Buffer& buffer, DevicePtr address, detail::Access access) noexcept {
+    static KernelArg buffer(detail::Buffer& buffer, DevicePtr address, std::size_t bytes,
+                            detail::Access access) noexcept {
         KernelArg arg = pointer(address);
         arg.buffer_ = &buffer;
+        arg.tracked_bytes_ = bytes;
         arg.access_ = access;
         return arg;
+    }
+    [[nodiscard]] DevicePtr address() const noexcept {
+        DevicePtr address = 0;
+        std::memcpy(&address, inline_, sizeof(address));
+        return address;
     }
 
     alignas(16) unsigned char inline_[kInlineBytes] = {};
     const void* external_ = nullptr;
     std::size_t bytes_ = 0;
     detail::Buffer* buffer_ = nullptr;
+    std::size_t tracked_bytes_ = 0;
     detail::Access access_ = detail::Access::read;
 };
 

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <span>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "cudarc/detail/buffer.hpp"
@@ -74,7 +75,7 @@ class DeviceSlice {
 
     // `count` elements with unspecified contents, allocated on `stream`.
     [[nodiscard]] static DeviceSlice uninitialized(Stream& stream, std::size_t count) {
-        return DeviceSlice(detail::Buffer(stream, count * sizeof(T)), count);
+        return DeviceSlice(stream, count);
     }
     // `count` zero-filled elements.
     [[nodiscard]] static DeviceSlice zeros(Stream& stream, std::size_t count) {
@@ -148,6 +149,10 @@ class DeviceSlice {
     [[nodiscard]] detail::Buffer& buffer() noexcept { return buffer_; }
 
   private:
+    // Note: the buffer is built in place (no temporary to move from and destroy): alloc + free of a slice
+    // should cost what the allocator costs.
+    DeviceSlice(Stream& stream, std::size_t count) : buffer_(stream, count * sizeof(T)), size_(count) {}
+    // For managed(), whose buffer comes from another memory source.
     DeviceSlice(detail::Buffer buffer, std::size_t count) noexcept
         : buffer_(std::move(buffer)), size_(count) {}
 

@@ -25,12 +25,14 @@ struct StreamOptions {
 //  - forked (Stream::fork): owned; it first waits for the parent's work so far, and its destructor makes
 //    the parent wait for the child's last work (an event and cuStreamWaitEvent: the host never blocks);
 //  - wrapped (Stream::wrap): a foreign stream, e.g. another framework's current stream, never destroyed
-//    by cudarc. It must outlive every cudarc object used on it.
+//    by cudarc. It must outlive its wrapper, and nothing more: destroying the wrapper records a final
+//    event on the stream, and buffers or allocations that used it order after that event from then on
+//    without touching the handle again (docs/architecture.md, "Foreign streams").
 // A stream is used by one host thread at a time.
 class Stream {
   public:
     // Wraps a stream created elsewhere without taking ownership. Throws when it does not belong to
-    // `device`'s context.
+    // `device`'s context. The stream must stay valid until the wrapper is destroyed.
     [[nodiscard]] static Stream wrap(const Device& device, NativeStream foreign);
 
     Stream(const Stream&) = delete;
@@ -65,15 +67,20 @@ class Stream {
     [[nodiscard]] detail::StreamState& state() const noexcept { return *state_; }
     [[nodiscard]] const std::shared_ptr<detail::StreamState>& shared_state() const noexcept { return state_; }
     Stream(std::shared_ptr<detail::DeviceState> keep_alive, std::shared_ptr<detail::StreamState> state,
-           std::shared_ptr<detail::StreamState> parent) noexcept;
+           const std::shared_ptr<detail::StreamState>& parent) noexcept;
 
   private:
     void release() noexcept;
 
+    void join_parent() noexcept;
+
     // Note: member order matters: the device state must outlive the stream states.
     std::shared_ptr<detail::DeviceState> keep_alive_;  // null for a device's own default stream
     std::shared_ptr<detail::StreamState> state_;
-    std::shared_ptr<detail::StreamState> parent_;  // set for forked streams: joined on destruction
+    // Set for forked streams: joined on destruction. Note [Stream identity]: a pooled or default parent's
+    // state lives as long as the device; only a foreign parent needs the reference.
+    detail::StreamState* parent_ = nullptr;
+    std::shared_ptr<detail::StreamState> parent_keep_;
 };
 
 }  // namespace cudarc

@@ -13,7 +13,9 @@
 
 namespace cudarc::alloc {
 
-// Identity of a stream: the native handle's value (tests use small integers).
+// Identity of a stream, never reused for another stream while anything is cached under it (the device's
+// Note [Stream identity]: a cudarc-owned handle's value, or a foreign stream's own key; tests use small
+// integers).
 using StreamKey = std::uintptr_t;
 
 // An event handle from the device's event pool (an opaque pointer; tests fake it).

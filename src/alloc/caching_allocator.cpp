@@ -506,6 +506,44 @@ void CachingAllocator::process_completed_events() {
             complete(pending);
         }
     }
+    drop_retired_queues();
+}
+
+void CachingAllocator::drop_retired_queues() noexcept {
+    std::erase_if(pending_, [](const StreamQueue& queue) { return queue.retired && queue.empty(); });
+}
+
+void CachingAllocator::retire_stream(StreamKey from, StreamKey to) noexcept {
+    if (from == to) return;
+    std::lock_guard lock(mutex_);
+    for (Block* head : segments_) {
+        for (Block* block = head; block != nullptr; block = block->next) {
+            std::vector<StreamKey>& users = block->used_streams;
+            if (const auto it = std::find(users.begin(), users.end(), from); it != users.end()) {
+                // `to` waited for `from`'s work, so an event recorded on `to` at the free covers that use.
+                // Note: changed in place or erased, never appended: no allocation.
+                if (std::find(users.begin(), users.end(), to) != users.end()) {
+                    users.erase(it);
+                } else {
+                    *it = to;
+                }
+            }
+            if (block->stream == from) {
+                if (block->state == BlockState::free) {
+                    take(block);
+                    block->stream = to;
+                    insert_free(block);  // reuses the block's own node: no allocation
+                } else {
+                    block->stream = to;
+                }
+            }
+            std::erase(users, block->stream);  // its own stream orders its later work anyway
+        }
+    }
+    for (StreamQueue& queue : pending_) {
+        if (queue.stream == from) queue.retired = true;
+    }
+    drop_retired_queues();
 }
 
 void CachingAllocator::synchronize_pending_events() {
@@ -519,6 +557,7 @@ void CachingAllocator::synchronize_pending_events() {
             complete(pending);
         }
     }
+    drop_retired_queues();
 }
 
 void CachingAllocator::complete(const PendingEvent& pending) noexcept {

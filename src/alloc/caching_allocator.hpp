@@ -64,6 +64,11 @@ class CachingAllocator {
     // The same, for the live allocation that contains `ptr`; throws cudarc::Error if there is none.
     void record_stream(DevicePtr ptr, StreamKey stream);
 
+    // `from` names a stream that is going away: its segments (free, held and allocated blocks alike) and
+    // record_stream entries move to `to`, so that nothing is cached under `from` any more. The caller has
+    // made `to` wait for `from`'s work first. Never throws.
+    void retire_stream(StreamKey from, StreamKey to) noexcept;
+
     // Graph capture. While any capture is under way the allocator queries no event, synchronizes
     // nothing and frees no segment. Blocks allocated during a capture, or freed while their stream
     // or a using stream is being captured, are held until release_capture() (the graph may replay
@@ -103,6 +108,7 @@ class CachingAllocator {
         StreamKey stream = 0;
         std::vector<PendingEvent> events;
         std::size_t head = 0;
+        bool retired = false;  // its stream is gone: dropped once empty
         [[nodiscard]] bool empty() const noexcept { return head == events.size(); }
     };
 
@@ -122,6 +128,7 @@ class CachingAllocator {
     void release_hold(Block* block) noexcept;
     std::size_t release_cached_segments();
     void process_completed_events();
+    void drop_retired_queues() noexcept;
     void synchronize_pending_events();
     void complete(const PendingEvent& pending) noexcept;
     void finish_capture(Capture* capture) noexcept;

@@ -80,7 +80,9 @@ void DriverBackend::release_event(EventHandle event) noexcept {
 }
 
 bool DriverBackend::stream_capturing(StreamKey stream) {
-    return sys::stream_is_capturing(api_, to_stream(stream), device_);
+    const sys::Stream native =
+        hooks_.stream_of != nullptr ? hooks_.stream_of(hooks_.owner, stream) : to_stream(stream);
+    return sys::stream_is_capturing(api_, native, device_);
 }
 
 std::pair<std::size_t, std::size_t> DriverBackend::memory_info() {

@@ -15,6 +15,9 @@ struct DriverBackendHooks {
     // Required: give an event back to the pool. Must not throw.
     void (*release_event)(void* owner, EventHandle event) noexcept = nullptr;
 
+    // Optional: the native stream behind a key (default: the key is the handle's value).
+    sys::Stream (*stream_of)(void* owner, StreamKey stream) noexcept = nullptr;
+
     // Optional: told of every driver call the device counts.
     enum class Call { host_blocking_wait, driver_allocation, driver_free };
     void (*count)(void* owner, Call call) noexcept = nullptr;

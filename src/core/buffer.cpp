@@ -3,82 +3,207 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <utility>
 
 #include "core/device_state.hpp"
+#include "core/hazard_tracker.hpp"
 #include "cudarc/stream.hpp"
 
 namespace cudarc::detail {
-namespace {
 
-// Makes `stream` wait for `use` (recording the use's event on first need).
-void order_after(StreamState& stream, StreamUse& use) {
-    if (!use.stream || use.stream.get() == &stream) return;
-    DeviceState& device = stream.device();
-    if (use.event == nullptr) use.event = use.stream->mark();
-    device.wait_event(stream.handle(), use.event);
+// ---- Cross-stream ordering --------------------------------------------------------------------------
+
+void wait_for_use(StreamState& waiter, StreamState& user, sys::Event& event) {
+    if (&user == &waiter) return;
+    // Two wrappers of one foreign stream are one queue of work: nothing to wait for.
+    if (user.handle() == waiter.handle() && user.alive() && waiter.alive()) return;
+    if (event == nullptr) event = user.mark();
+    DeviceState& device = waiter.device();
+    device.bind();
+    device.wait_event(waiter.handle(), event);
 }
 
-void release_event(StreamUse& use) noexcept {
-    if (use.event != nullptr) {
-        use.stream->device().events().release(use.event);
-        use.event = nullptr;
+// ---- HazardTracker ----------------------------------------------------------------------------------
+
+HazardTracker::HazardTracker(std::size_t bytes, StreamState* first_writer)
+    : table_(bytes, first_writer != nullptr ? 0 : -1) {
+    slots_.reserve(4);
+    if (first_writer != nullptr) slots_.push_back(Slot{first_writer->shared_from_this(), nullptr, 0});
+}
+
+HazardTracker::~HazardTracker() {
+    for (Slot& slot : slots_) free_slot(slot);
+}
+
+void HazardTracker::free_slot(Slot& slot) noexcept {
+    if (slot.event != nullptr) slot.stream->device().events().release(slot.event);
+    slot.event = nullptr;
+    slot.stream.reset();
+}
+
+unsigned HazardTracker::slot_for(StreamState& stream) {
+    for (unsigned i = 0; i < slots_.size(); ++i) {
+        if (slots_[i].stream.get() == &stream) return i;
+    }
+    for (unsigned i = 0; i < slots_.size(); ++i) {
+        if (!slots_[i].stream) {
+            slots_[i] = Slot{stream.shared_from_this(), nullptr, tick_};
+            return i;
+        }
+    }
+    if (slots_.size() < RangeTable::kMaxSlots) {
+        slots_.push_back(Slot{stream.shared_from_this(), nullptr, tick_});
+        return static_cast<unsigned>(slots_.size() - 1);
+    }
+    // Every slot taken: first free those the table no longer names (RangeTable's invariant: such a slot is
+    // in no mask), then relabel the least recently used one.
+    const RangeTable::Mask used = table_.used();
+    for (unsigned i = 0; i < slots_.size(); ++i) {
+        if ((used & RangeTable::bit(i)) == 0) free_slot(slots_[i]);
+    }
+    std::shared_ptr<StreamState> keep = stream.shared_from_this();
+    unsigned victim = 0;
+    for (unsigned i = 0; i < slots_.size(); ++i) {
+        if (!slots_[i].stream) {
+            slots_[i] = Slot{std::move(keep), nullptr, tick_};
+            return i;
+        }
+        if (slots_[i].last_use < slots_[victim].last_use) victim = i;
+    }
+    Slot& old = slots_[victim];
+    wait_for_use(stream, *old.stream, old.event);  // may throw: nothing has changed
+    free_slot(old);
+    old = Slot{std::move(keep), nullptr, tick_};
+    return victim;
+}
+
+void HazardTracker::wait_for(StreamState& waiter, RangeTable::Mask slots) {
+    for (unsigned i = 0; slots != 0; ++i, slots >>= 1) {
+        if ((slots & 1u) != 0) wait_for_use(waiter, *slots_[i].stream, slots_[i].event);
     }
 }
 
-}  // namespace
+void HazardTracker::note_use(unsigned slot) noexcept {
+    Slot& s = slots_[slot];
+    if (s.event != nullptr) {
+        s.stream->device().events().release(s.event);
+        s.event = nullptr;
+    }
+    s.last_use = ++tick_;
+}
 
-void HazardState::before_access_slow(StreamState& stream, Access access) {
-    stream.device().bind();
-    if (access == Access::read) {
-        if (writer_.stream.get() == &stream) {
-            // Ordered after the write already; but an event recorded earlier for another stream's read no
-            // longer covers this later use: drop it, so whoever needs it next records a fresh one.
-            release_event(writer_);
-            return;
+void HazardTracker::record_after_use(StreamState& stream) noexcept {
+    for (Slot& slot : slots_) {
+        if (slot.stream.get() != &stream) continue;
+        if (slot.event != nullptr || !stream.alive()) return;  // recorded after the latest use already
+        DeviceState& device = stream.device();
+        try {
+            sys::Event event = device.events().acquire();
+            try {
+                device.record_into(event, stream.handle());
+            } catch (...) {
+                device.events().release(event);
+                throw;
+            }
+            slot.event = event;
+        } catch (...) {
+            // No event: a waiter records one lazily (more ordering, never less).
         }
-        const bool already_ordered = std::any_of(
-            readers_.begin(), readers_.end(), [&](const StreamUse& r) { return r.stream.get() == &stream; });
-        if (already_ordered) return;  // this stream waited for the current write at its first read
-        order_after(stream, writer_);
-        readers_.push_back({stream.shared_from_this(), nullptr});
         return;
     }
-    // A write waits for the last write and for every read since, on other streams.
-    order_after(stream, writer_);
-    for (StreamUse& reader : readers_) order_after(stream, reader);
-    release_event(writer_);
-    for (StreamUse& reader : readers_) release_event(reader);
-    readers_.clear();
-    writer_ = {stream.shared_from_this(), nullptr};
+}
+
+std::vector<StreamUse> HazardTracker::take_uses() {
+    const RangeTable::Mask used = table_.used();
+    std::vector<StreamUse> uses;
+    uses.reserve(static_cast<std::size_t>(std::popcount(used)));
+    for (unsigned i = 0; i < slots_.size(); ++i) {
+        if ((used & RangeTable::bit(i)) != 0) {
+            uses.push_back(StreamUse{std::move(slots_[i].stream), std::exchange(slots_[i].event, nullptr)});
+        }
+    }
+    for (Slot& slot : slots_) free_slot(slot);
+    return uses;
+}
+
+// ---- HazardState ------------------------------------------------------------------------------------
+
+HazardState::HazardState() noexcept = default;
+
+HazardState::HazardState(std::size_t bytes, StreamState* first_writer) noexcept
+    : exclusive_(first_writer), bytes_(bytes) {}
+
+HazardState::HazardState(HazardState&& other) noexcept
+    : exclusive_(std::exchange(other.exclusive_, nullptr)),
+      bytes_(std::exchange(other.bytes_, 0)),
+      tracker_(std::move(other.tracker_)) {}
+
+HazardState& HazardState::operator=(HazardState&& other) noexcept {
+    if (this != &other) {
+        exclusive_ = std::exchange(other.exclusive_, nullptr);
+        bytes_ = std::exchange(other.bytes_, 0);
+        tracker_ = std::move(other.tracker_);
+    }
+    return *this;
+}
+
+HazardState::~HazardState() = default;
+
+HazardTracker& HazardState::ensure_tracker() {
+    if (!tracker_) tracker_ = std::make_unique<HazardTracker>(bytes_, exclusive_);
+    return *tracker_;
+}
+
+void HazardState::before_access_slow(StreamState& stream, std::size_t offset, std::size_t bytes,
+                                     Access access) {
+    if (bytes == 0) return;  // touches nothing
+    HazardTracker& t = ensure_tracker();
+    const unsigned slot = t.slot_for(stream);
+    const RangeTable::Mask waits = t.table().conflicts(offset, offset + bytes, slot, access);
+    if (waits != 0) t.wait_for(stream, waits);
+    t.table().apply(offset, offset + bytes, slot, access);
+    t.note_use(slot);
+    exclusive_ = nullptr;
+    if (const int writer = t.table().sole_writer(); writer >= 0) {
+        // Back to Note [Single-stream fast path]. The sole writer is `stream` (an access by another slot
+        // would have left that slot in the table), whose event note_use() just dropped. Note: the other
+        // slots stay (the table names none of them): a stream that comes back finds its slot without
+        // churn, and its old event is dropped by note_use() at that access, before anything waits on it.
+        exclusive_ = t.stream_of(static_cast<unsigned>(writer));
+    }
+}
+
+void HazardState::after_access_slow(StreamState& stream) noexcept {
+    tracker_->record_after_use(stream);
 }
 
 void HazardState::record_use(StreamState& stream) {
-    if (writer_.stream.get() == &stream) {
-        release_event(writer_);  // a later use: a recorded event would no longer cover it
-        return;
-    }
-    for (StreamUse& reader : readers_) {
-        if (reader.stream.get() == &stream) {
-            release_event(reader);
-            return;
-        }
-    }
-    readers_.push_back({stream.shared_from_this(), nullptr});
-}
-
-void HazardState::forget_home_use() noexcept {
-    release_event(writer_);
-    writer_ = {};
+    if (exclusive_ == &stream) return;  // its later work is ordered after its earlier work anyway
+    HazardTracker& t = ensure_tracker();
+    const unsigned slot = t.slot_for(stream);
+    t.table().add_reader_everywhere(slot);
+    t.note_use(slot);
+    exclusive_ = nullptr;
 }
 
 std::vector<StreamUse> HazardState::take_uses() {
-    std::vector<StreamUse> uses = std::move(readers_);
-    readers_.clear();
-    if (writer_.stream) uses.push_back(std::move(writer_));
-    writer_ = {};
+    std::vector<StreamUse> uses;
+    if (tracker_) {
+        uses = tracker_->take_uses();
+    } else if (exclusive_ != nullptr) {
+        uses.push_back(StreamUse{exclusive_->shared_from_this(), nullptr});
+    }
+    clear();
     return uses;
 }
+
+void HazardState::clear() noexcept {
+    tracker_.reset();
+    exclusive_ = nullptr;
+}
+
+// ---- Buffer -----------------------------------------------------------------------------------------
 
 Buffer::Buffer(Stream& stream, std::size_t bytes) : Buffer(stream, bytes, stream.state().device().memory()) {}
 
@@ -90,13 +215,28 @@ Buffer::Buffer(Stream& stream, std::size_t bytes, MemoryResource& source)
     : device_(stream.state().device().shared_from_this()),
       source_(&source),
       bytes_(bytes),
-      home_(stream.shared_state()),
-      hazards_(stream.shared_state()) {
+      home_(&stream.state()),
+      hazards_(bytes, &stream.state()) {
+    if (home_->ownership() == StreamOwnership::foreign) home_keep_ = stream.shared_state();
+    device_->releases().poll();  // Note [Deferred release]
     if (bytes == 0) return;
-    device_->bind();
-    const MemoryBlock block = source.allocate(bytes, stream.state());
+    const MemoryBlock block = source.allocate(bytes, *home_);
     ptr_ = block.ptr;
     allocation_ = block.handle;
+}
+
+Buffer::Buffer(const std::shared_ptr<DeviceState>& device, DevicePtr ptr, std::size_t bytes,
+               const Stream* owner, ReleaseHook hook)
+    : device_(device),
+      ptr_(ptr),
+      bytes_(bytes),
+      home_(owner != nullptr ? &owner->state() : nullptr),
+      hazards_(bytes, home_),
+      on_release_(hook),
+      borrowed_(true) {
+    if (home_ != nullptr && home_->ownership() == StreamOwnership::foreign)
+        home_keep_ = owner->shared_state();
+    device_->releases().poll();
 }
 
 Buffer::Buffer(Buffer&& other) noexcept
@@ -105,8 +245,11 @@ Buffer::Buffer(Buffer&& other) noexcept
       ptr_(std::exchange(other.ptr_, 0)),
       bytes_(std::exchange(other.bytes_, 0)),
       allocation_(std::exchange(other.allocation_, nullptr)),
-      home_(std::move(other.home_)),
-      hazards_(std::move(other.hazards_)) {}
+      home_(std::exchange(other.home_, nullptr)),
+      home_keep_(std::move(other.home_keep_)),
+      hazards_(std::move(other.hazards_)),
+      on_release_(std::exchange(other.on_release_, {})),
+      borrowed_(std::exchange(other.borrowed_, false)) {}
 
 Buffer& Buffer::operator=(Buffer&& other) noexcept {
     if (this != &other) {
@@ -116,8 +259,11 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
         ptr_ = std::exchange(other.ptr_, 0);
         bytes_ = std::exchange(other.bytes_, 0);
         allocation_ = std::exchange(other.allocation_, nullptr);
-        home_ = std::move(other.home_);
+        home_ = std::exchange(other.home_, nullptr);
+        home_keep_ = std::move(other.home_keep_);
         hazards_ = std::move(other.hazards_);
+        on_release_ = std::exchange(other.on_release_, {});
+        borrowed_ = std::exchange(other.borrowed_, false);
     }
     return *this;
 }
@@ -127,28 +273,86 @@ Buffer::~Buffer() {
 }
 
 void Buffer::release() noexcept {
-    if (device_ && ptr_ != 0) {
+    if (borrowed_) {
+        release_borrowed();
+    } else if (device_ && ptr_ != 0) {
         std::vector<StreamUse> uses;
-        if (hazards_.used_only_on(*home_)) {
-            // Note: the common case, handled without building a list (no heap allocation per free):
-            // the home stream orders the free after its own work.
-            hazards_.forget_home_use();
+        if (hazards_.exclusive() == home_) {
+            // Note: the common case, handled without building a list (no heap allocation per free): the
+            // home stream orders the free after its own work.
+            hazards_.clear();
         } else {
             try {
                 uses = hazards_.take_uses();
             } catch (...) {
+                // No memory for the list: make every use complete before the memory can be reused.
+                device_->synchronize_noexcept();
+                hazards_.clear();
             }
         }
         source_->deallocate(MemoryBlock{ptr_, allocation_}, bytes_, *home_, std::move(uses));
     } else {
-        for (StreamUse& use : hazards_.take_uses()) release_event(use);
+        hazards_.clear();
     }
     ptr_ = 0;
     allocation_ = nullptr;
     bytes_ = 0;
     source_ = nullptr;
-    home_.reset();
+    home_ = nullptr;
+    home_keep_.reset();
+    on_release_ = {};
+    borrowed_ = false;
     device_.reset();
+}
+
+void Buffer::release_borrowed() noexcept {
+    if (!device_) return;
+    std::vector<StreamUse> uses;
+    bool complete = false;  // every use is known to have completed on the device
+    try {
+        uses = hazards_.take_uses();
+    } catch (...) {
+        device_->synchronize_noexcept();
+        hazards_.clear();
+        complete = true;
+    }
+    // Note: the initial "written by the owner" entry is not a use by cudarc; it only orders cudarc's first
+    // use. The owner waiting for itself is skipped below; the release hook still waits for it (harmless).
+    if (!complete && home_ != nullptr) {
+        // The stream exchange: the owner's stream waits for cudarc's uses (events, never a host block). A
+        // retired owner (its wrapper destroyed first) cannot wait: the host waits instead (counted).
+        try {
+            if (!home_->alive())
+                throw Error("cudarc: the owner's stream was retired before the borrowed slice");
+            for (StreamUse& use : uses) wait_for_use(*home_, *use.stream, use.event);
+        } catch (const Error& error) {
+            if (home_->alive()) device_->defer(error);
+            device_->synchronize_noexcept();
+            complete = true;
+        } catch (...) {
+            device_->synchronize_noexcept();
+            complete = true;
+        }
+    }
+    std::vector<sys::Event> events;
+    if (on_release_ && !complete) {
+        try {
+            events.reserve(uses.size());
+            for (StreamUse& use : uses) {
+                if (use.event == nullptr) use.event = use.stream->mark();
+                events.push_back(std::exchange(use.event, nullptr));
+            }
+        } catch (const Error& error) {
+            device_->defer(error);
+            device_->synchronize_noexcept();
+        } catch (...) {
+            device_->synchronize_noexcept();
+        }
+    }
+    for (StreamUse& use : uses) {
+        if (use.event != nullptr) use.stream->device().events().release(use.event);
+    }
+    if (on_release_) device_->releases().add(std::move(events), on_release_);
 }
 
 bool Buffer::managed() const noexcept {
@@ -160,33 +364,45 @@ int Buffer::device_ordinal() const noexcept {
 }
 
 void Buffer::check_same_device(const Stream& stream) const {
-    if (!device_) throw Error("cudarc: use of an empty (default-constructed or moved-from) DeviceSlice");
+    if (!device_) throw Error("cudarc: use of an empty (default-constructed or moved-from) slice");
     if (&stream.state().device() != device_.get()) {
         throw Error(fmt::format("cudarc: a buffer on device {} was used with a stream of device {}",
                                 device_->ordinal(), stream.device_ordinal()));
     }
 }
 
+void prepare_access(const Stream& stream, Buffer& buffer, DevicePtr ptr, std::size_t bytes, Access access) {
+    buffer.check_same_device(stream);
+    buffer.hazards().before_access(stream.state(), static_cast<std::size_t>(ptr - buffer.ptr()), bytes,
+                                   access);
+}
+
+void finish_access(const Stream& stream, Buffer& buffer) noexcept {
+    buffer.hazards().after_access(stream.state());
+}
+
 void prepare_access(const Stream& stream, Buffer& buffer, Access access) {
     buffer.check_same_device(stream);
-    buffer.hazards().before_access(stream.state(), access);
+    buffer.hazards().before_access(stream.state(), 0, buffer.bytes(), access);
 }
 
 void copy_host_to_device(Stream& stream, Buffer& dst, DevicePtr dst_ptr, const void* src, std::size_t bytes) {
     if (bytes == 0) return;
-    prepare_access(stream, dst, Access::write);
+    prepare_access(stream, dst, dst_ptr, bytes, Access::write);
     DeviceState& device = stream.state().device();
     device.bind();
     device.check(device.api().memcpy_htod_async(dst_ptr, src, bytes, stream.native()), "cuMemcpyHtoDAsync");
+    finish_access(stream, dst);
 }
 
 void copy_device_to_host(Stream& stream, void* dst, Buffer& src, DevicePtr src_ptr, std::size_t bytes) {
     if (bytes == 0) return;
-    prepare_access(stream, src, Access::read);
+    prepare_access(stream, src, src_ptr, bytes, Access::read);
     DeviceState& device = stream.state().device();
     device.bind();
     const sys::DriverApi& api = device.api();
     device.check(api.memcpy_dtoh_async(dst, src_ptr, bytes, stream.native()), "cuMemcpyDtoHAsync");
+    finish_access(stream, src);
     // Note: into pageable memory the "async" copy returns only once the data is there, so a synchronize
     // would be redundant. Only page-locked memory needs one, and a managed source, for which no driver
     // documentation spells out when the copy returns.
@@ -211,17 +427,19 @@ void copy_device_to_host(Stream& stream, void* dst, Buffer& src, DevicePtr src_p
 void copy_device_to_device(Stream& stream, Buffer& dst, DevicePtr dst_ptr, Buffer& src, DevicePtr src_ptr,
                            std::size_t bytes) {
     if (bytes == 0) return;
-    prepare_access(stream, src, Access::read);
-    prepare_access(stream, dst, Access::write);
+    prepare_access(stream, src, src_ptr, bytes, Access::read);
+    prepare_access(stream, dst, dst_ptr, bytes, Access::write);
     DeviceState& device = stream.state().device();
     device.bind();
     device.check(device.api().memcpy_dtod_async(dst_ptr, src_ptr, bytes, stream.native()),
                  "cuMemcpyDtoDAsync");
+    finish_access(stream, src);
+    finish_access(stream, dst);
 }
 
 void memset_bytes(Stream& stream, Buffer& dst, DevicePtr dst_ptr, unsigned char value, std::size_t bytes) {
     if (bytes == 0) return;
-    prepare_access(stream, dst, Access::write);
+    prepare_access(stream, dst, dst_ptr, bytes, Access::write);
     DeviceState& device = stream.state().device();
     device.bind();
     if (dst_ptr % 4 == 0 && bytes % 4 == 0) {
@@ -232,6 +450,7 @@ void memset_bytes(Stream& stream, Buffer& dst, DevicePtr dst_ptr, unsigned char 
     } else {
         device.check(device.api().memset_d8_async(dst_ptr, value, bytes, stream.native()), "cuMemsetD8Async");
     }
+    finish_access(stream, dst);
 }
 
 void prefetch_to_device(Stream& stream, Buffer& buffer, DevicePtr ptr, std::size_t bytes) {
@@ -239,10 +458,11 @@ void prefetch_to_device(Stream& stream, Buffer& buffer, DevicePtr ptr, std::size
     buffer.check_same_device(stream);
     // Note: a prefetch is not a graph node; a replay finds the pages where earlier work left them.
     if (stream.is_capturing()) return;
-    // Ordered like a read: after the last write on another stream (pages moved under it would only move
-    // back), and freeing the memory waits for it.
-    prepare_access(stream, buffer, Access::read);
+    // Ordered like a read of exactly these bytes: after the last overlapping write on another stream
+    // (pages moved under it would only move back); later writers of them, and the free, wait for it.
+    prepare_access(stream, buffer, ptr, bytes, Access::read);
     buffer.source_->prefetch(stream.state(), ptr, bytes);
+    finish_access(stream, buffer);
 }
 
 void throw_out_of_range(const char* what, std::size_t offset, std::size_t count, std::size_t size) {

@@ -6,28 +6,30 @@
 namespace cudarc::detail {
 namespace {
 
-alloc::StreamKey key_of(sys::Stream stream) noexcept {
-    return reinterpret_cast<alloc::StreamKey>(stream);
+// Note [Stream identity] (core/device_state.hpp): blocks are cached under StreamState::key(), which names
+// one queue of work for as long as anything is cached under it; a foreign stream's key is retired, its
+// blocks moved to the default stream, when its wrapper is destroyed.
+sys::Stream stream_of_key(alloc::StreamKey key) noexcept {
+    if ((key & 1u) != 0) return reinterpret_cast<const StreamState*>(key & ~alloc::StreamKey{1})->handle();
+    return reinterpret_cast<sys::Stream>(key);
 }
 
-// Note: stream handles are stable keys because cudarc never destroys an owned stream while the device
-// lives (they go back to the device's stream pool), so a handle value cannot be reused by another stream
-// while blocks are cached under it.
 class CachingSource final : public CachingResource {
   public:
     CachingSource(DeviceState& device, const AllocatorConfig& config)
         : device_(device), allocator_(make_backend(device), config) {}
 
     MemoryBlock allocate(std::size_t bytes, StreamState& stream) override {
-        const alloc::Allocation allocation = allocator_.allocate(bytes, key_of(stream.handle()));
+        const alloc::Allocation allocation = allocator_.allocate(bytes, stream.key());
         return {allocation.ptr, allocation.block};
     }
 
     void deallocate(const MemoryBlock& block, std::size_t bytes, StreamState& home,
                     std::vector<StreamUse> uses) noexcept override {
         const alloc::Allocation allocation{block.ptr, bytes, static_cast<alloc::Block*>(block.handle)};
-        if (uses.empty() && home.ownership() != StreamOwnership::foreign) {
-            // Note: the hot path: same-stream reuse needs no event and no list.
+        if (uses.empty()) {
+            // Note: the hot path: same-stream reuse needs no event and no list. (A retired foreign home's
+            // blocks were moved to the default stream, which waited for its final event.)
             try {
                 allocator_.free(allocation);
             } catch (const Error& error) {
@@ -43,12 +45,8 @@ class CachingSource final : public CachingResource {
                 if (use.stream.get() == &home)
                     continue;  // same stream: reuse is ordered by the stream itself
                 if (use.event == nullptr) use.event = use.stream->mark();
-                pending.push_back({key_of(use.stream->handle()), std::exchange(use.event, nullptr)});
+                pending.push_back({use.stream->event_key(), std::exchange(use.event, nullptr)});
             }
-            // A foreign stream may be destroyed and its handle value reused by an unrelated stream, so a
-            // block of a foreign stream is gated by an event rather than by the stream's identity.
-            if (home.ownership() == StreamOwnership::foreign)
-                pending.push_back({key_of(home.handle()), home.mark()});
             allocator_.free(allocation, pending);
             pending.clear();  // ownership of the events passed to the allocator
         } catch (const Error& error) {
@@ -60,6 +58,20 @@ class CachingSource final : public CachingResource {
     }
 
     void empty_cache() override { allocator_.empty_cache(); }
+
+    void retire_stream(StreamState& stream) noexcept override {
+        // The default stream takes the retired stream's blocks over, after waiting for its final work.
+        StreamState& heir = *device_.default_stream_state();
+        try {
+            stream.order_before(heir.handle());
+        } catch (const Error& error) {
+            device_.defer(error);
+            device_.synchronize_noexcept();
+        } catch (...) {
+            device_.synchronize_noexcept();
+        }
+        allocator_.retire_stream(stream.key(), heir.key());
+    }
     alloc::CachingAllocator& allocator() noexcept override { return allocator_; }
 
   private:
@@ -69,8 +81,9 @@ class CachingSource final : public CachingResource {
         hooks.record_event = [](void* owner, alloc::StreamKey stream) -> alloc::EventHandle {
             auto& d = *static_cast<DeviceState*>(owner);
             d.bind();
-            return d.record_event(reinterpret_cast<sys::Stream>(stream));
+            return d.record_event(stream_of_key(stream));
         };
+        hooks.stream_of = [](void*, alloc::StreamKey stream) noexcept { return stream_of_key(stream); };
         hooks.release_event = [](void* owner, alloc::EventHandle event) noexcept {
             static_cast<DeviceState*>(owner)->events().release(event);
         };

@@ -60,6 +60,7 @@ DeviceState::~DeviceState() {
     // Note: order matters: the stream's final work must be enqueued before memory is returned, and
     // everything must go before the context is released.
     bind();
+    releases_.drain();  // Note [Deferred release]: every hook runs, after the work it waits for
     default_stream_.reset();
     memory_.reset();
     managed_memory_.reset();
@@ -106,6 +107,12 @@ void DeviceState::defer(const Error& error) noexcept {
     }
 }
 
+void DeviceState::synchronize_noexcept() noexcept {
+    bind_noexcept();
+    defer(api_.ctx_synchronize(), "cuCtxSynchronize");
+    AtomicCounters::bump(counters_.context_synchronizes);
+}
+
 void DeviceState::rethrow_deferred_error() {
     std::optional<Error> error;
     {
@@ -128,6 +135,11 @@ sys::Event DeviceState::record_event(sys::Stream stream) {
     }
     AtomicCounters::bump(counters_.events_recorded);
     return event;
+}
+
+void DeviceState::record_into(sys::Event event, sys::Stream stream) {
+    check(api_.event_record(event, stream), "cuEventRecord");
+    AtomicCounters::bump(counters_.events_recorded);
 }
 
 void DeviceState::wait_event(sys::Stream waiter, sys::Event event) {
@@ -272,6 +284,7 @@ void Device::synchronize() const {
     state_->bind();
     state_->check(state_->api().ctx_synchronize(), "cuCtxSynchronize");
     detail::AtomicCounters::bump(state_->counters().context_synchronizes);
+    state_->releases().poll();  // Note [Deferred release]
 }
 
 Counters Device::counters() const noexcept {

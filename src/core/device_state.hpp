@@ -1,11 +1,13 @@
 // The shared state behind every handle to one device.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/atomic_counters.hpp"
 #include "core/event_pool.hpp"
@@ -25,24 +27,67 @@ enum class StreamOwnership {
     foreign,  // wrapped; never destroyed by cudarc
 };
 
-// Streams handed to forked children. Note: creating and destroying a stream costs microseconds; reusing
-// one keeps fork + join at the cost of two event records and two waits. A returned stream may still have
-// queued work: a new child waits for its own parent first, and the old work only adds ordering, never
-// removes it.
+// Streams handed to forked children and to Device::create_stream, with their states. Note: creating and
+// destroying a stream costs microseconds; reusing one keeps fork + join at the cost of two event records
+// and two waits. A returned stream may still have queued work: a new child waits for its own parent first,
+// and the old work only adds ordering, never removes it. The state goes back to the pool with its handle
+// (Note [Stream identity]): buffers that name it keep meaning that same queue of work.
 class StreamPool {
   public:
     explicit StreamPool(DeviceState& device) noexcept : device_(device) {}
     StreamPool(const StreamPool&) = delete;
     StreamPool& operator=(const StreamPool&) = delete;
     ~StreamPool();
-    [[nodiscard]] sys::Stream acquire(int priority);
-    void release(sys::Stream stream, int priority) noexcept;
+    [[nodiscard]] std::shared_ptr<StreamState> acquire(int priority);
+    void release(std::shared_ptr<StreamState> state) noexcept;
+    // Destroys every pooled stream (the device is going away).
     void clear() noexcept;
 
   private:
     DeviceState& device_;
     std::mutex mutex_;
-    std::vector<std::pair<int, sys::Stream>> free_;  // (priority, stream)
+    std::vector<std::shared_ptr<StreamState>> free_;
+};
+
+// Calls release hooks (DLPack deleters, for instance) once the events they wait for have completed.
+//
+// Note [Deferred release]
+// Borrowed memory goes back to its owner only after cudarc's uses of it have completed on the device, and
+// the host must not block for that. A CUDA host callback (cuLaunchHostFunc) could run the hook at the
+// right moment, but a callback must not call CUDA, and a framework's deleter may. So each hook waits in a
+// per-device queue with the events of the uses it must follow; the queue is polled (cuEventQuery, never a
+// wait) when memory is allocated or borrowed and after every synchronize, and at device teardown it waits
+// for what is left. A hook therefore runs on a thread that calls into cudarc, outside every cudarc lock.
+class DeferredReleases {
+  public:
+    explicit DeferredReleases(DeviceState& device) noexcept : device_(device) {}
+    DeferredReleases(const DeferredReleases&) = delete;
+    DeferredReleases& operator=(const DeferredReleases&) = delete;
+    ~DeferredReleases();
+
+    // Calls `hook` once every event has completed (at once when there are none). Takes the events
+    // (pooled). Never throws: without memory to queue, it waits on the host (counted) and calls the hook.
+    void add(std::vector<sys::Event> events, ReleaseHook hook) noexcept;
+    // Calls the hooks whose events have completed. One relaxed load when nothing is queued.
+    void poll() noexcept {
+        if (queued_.load(std::memory_order_relaxed) != 0) poll_slow();
+    }
+    // Waits on the host for every queued event (counted) and calls every hook (device teardown).
+    void drain() noexcept;
+    [[nodiscard]] std::size_t queued() const noexcept { return queued_.load(std::memory_order_relaxed); }
+
+  private:
+    struct Entry {
+        std::vector<sys::Event> events;
+        ReleaseHook hook;
+    };
+    void poll_slow() noexcept;
+    void finish(Entry& entry) noexcept;
+
+    DeviceState& device_;
+    std::mutex mutex_;
+    std::vector<Entry> entries_;
+    std::atomic<std::size_t> queued_{0};
 };
 
 class DeviceState : public std::enable_shared_from_this<DeviceState> {
@@ -59,6 +104,18 @@ class DeviceState : public std::enable_shared_from_this<DeviceState> {
     void bind() const {
         if (current_.context != context_ || current_.generation != generation_) bind_slow();
     }
+    // bind() for destructors: a failure is deferred (the driver calls that follow will report it too).
+    void bind_noexcept() const noexcept {
+        try {
+            bind();
+        } catch (const Error& error) {
+            const_cast<DeviceState*>(this)->defer(error);
+        } catch (...) {
+        }
+    }
+    // Waits on the host for all of the device's work (counted): the fallback when an ordering that should
+    // be enqueued could not be. Never throws.
+    void synchronize_noexcept() noexcept;
     // Throws the named error for a failing call on this device.
     void check(sys::Result result, const char* call) const {
         if (result != sys::kSuccess) throw sys::make_error(api_, call, result, ordinal_);
@@ -75,6 +132,7 @@ class DeviceState : public std::enable_shared_from_this<DeviceState> {
     [[nodiscard]] AtomicCounters& counters() noexcept { return counters_; }
     [[nodiscard]] EventPool& events() noexcept { return events_; }
     [[nodiscard]] StreamPool& streams() noexcept { return streams_; }
+    [[nodiscard]] DeferredReleases& releases() noexcept { return releases_; }
     // `priority` clamped to the device's range (read once at open).
     [[nodiscard]] int clamp_priority(int priority) const noexcept;
     [[nodiscard]] MemoryResource& memory() noexcept { return *memory_; }
@@ -86,6 +144,8 @@ class DeviceState : public std::enable_shared_from_this<DeviceState> {
 
     // An event recorded on `stream` now (pooled; counted).
     [[nodiscard]] sys::Event record_event(sys::Stream stream);
+    // Records `event` (owned by the caller) on `stream` now (counted).
+    void record_into(sys::Event event, sys::Stream stream);
     // `waiter` waits for `event` (counted as a cross-stream wait).
     void wait_event(sys::Stream waiter, sys::Event event);
 
@@ -111,6 +171,7 @@ class DeviceState : public std::enable_shared_from_this<DeviceState> {
     AtomicCounters counters_;
     EventPool events_{*this};
     StreamPool streams_{*this};
+    DeferredReleases releases_{*this};
     int priority_low_ = 0;   // numerically largest: least urgent
     int priority_high_ = 0;  // numerically smallest: most urgent
     MemorySource memory_source_;
@@ -123,10 +184,21 @@ class DeviceState : public std::enable_shared_from_this<DeviceState> {
 };
 
 // A stream's state, shared by its Stream object and every buffer that used it.
+//
+// Note [Stream identity]
+// Hazard entries and the allocator's per-stream pools must name a stream by something that can never come
+// to mean another stream. A pooled or default stream's state lives as long as its device, and cudarc
+// never destroys such a stream's handle while the device lives, so its handle value is its key. A foreign
+// stream (Stream::wrap) may be destroyed by its owner once its wrapper is gone, and its handle value then
+// reused by an unrelated stream: its key is its state's address with the low bit set (handles are
+// aligned, so the two kinds never collide), and the state is retired when the wrapper is destroyed: a
+// final event is recorded on the stream, and from then on the state stands for "everything up to that
+// event" without ever touching the handle again. The allocator moves a retired key's blocks to the
+// default stream, which first waits for the final event.
 class StreamState : public std::enable_shared_from_this<StreamState> {
   public:
-    StreamState(DeviceState& device, sys::Stream handle, StreamOwnership ownership, int priority) noexcept
-        : device_(device), handle_(handle), ownership_(ownership), priority_(priority) {}
+    // Takes an event for order_before() from the device's pool (throws when none can be created).
+    StreamState(DeviceState& device, sys::Stream handle, StreamOwnership ownership, int priority);
     StreamState(const StreamState&) = delete;
     StreamState& operator=(const StreamState&) = delete;
     ~StreamState();
@@ -135,26 +207,36 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
     [[nodiscard]] sys::Stream handle() const noexcept { return handle_; }
     [[nodiscard]] StreamOwnership ownership() const noexcept { return ownership_; }
     [[nodiscard]] int priority() const noexcept { return priority_; }
+    // Note [Stream identity].
+    [[nodiscard]] std::uintptr_t key() const noexcept { return key_; }
 
-    // A pooled event that completes when everything submitted to this stream so far has completed. After
-    // the stream is gone, one that completes after its final work.
+    // A pooled event (owned by the caller) that completes when everything submitted to this stream so far
+    // has completed. After retirement, one recorded on the default stream after the final event.
     [[nodiscard]] sys::Event mark();
-    // Makes `waiter` wait for everything submitted to this stream so far (or, once it is gone, its final
-    // work). Counted; a no-op when `waiter` is this stream.
+    // Makes `waiter` wait for everything submitted to this stream so far (or, once retired, its final
+    // work). Counted; a no-op when `waiter` is this stream. Uses the state's own event, so it touches no
+    // pool: a wait captures the event's state when it is enqueued, so the event is free again at once.
     void order_before(sys::Stream waiter);
-    // Called once by the owning Stream before the handle is destroyed: `final_event` (owned from now on)
-    // completes after the stream's last work.
+    // Called once, by the owning Stream, before the handle may go away. `final_event` (owned from now on)
+    // completes after the stream's last work; null means that work is known to be complete.
     void retire(sys::Event final_event) noexcept;
-    [[nodiscard]] bool alive() const;
+    [[nodiscard]] bool alive() const noexcept { return !retired_.load(std::memory_order_acquire); }
+    // The key of the stream that mark()'s events are recorded on: this one's, or the default stream's
+    // once retired.
+    [[nodiscard]] std::uintptr_t event_key() const noexcept;
 
   private:
     DeviceState& device_;
     sys::Stream handle_;
     StreamOwnership ownership_;
     int priority_;
-    mutable std::mutex mutex_;  // guards retirement against a concurrent mark() from another thread
-    bool retired_ = false;
+    std::uintptr_t key_;
+    std::atomic<bool> retired_{false};
+    // Guards a foreign stream's retirement against a concurrent mark() from another thread. Note: only
+    // foreign states retire while buffers still use them, so pooled states never take it.
+    mutable std::mutex mutex_;
     sys::Event final_event_ = nullptr;
+    sys::Event scratch_ = nullptr;  // for order_before
 };
 
 }  // namespace cudarc::detail

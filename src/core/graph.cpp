@@ -13,8 +13,9 @@ alloc::CachingAllocator* caching_allocator_of(DeviceState& device) {
     auto* caching = dynamic_cast<CachingResource*>(&device.memory());
     return caching != nullptr ? &caching->allocator() : nullptr;
 }
-alloc::StreamKey key_of(sys::Stream stream) noexcept {
-    return reinterpret_cast<alloc::StreamKey>(stream);
+// Note [Stream identity]: the allocator knows streams by their state's key.
+alloc::StreamKey key_of(const Stream& stream) noexcept {
+    return stream.state().key();
 }
 
 // Captures under way on this thread, by stream: the allocator's capture id to hand to the graph.
@@ -36,8 +37,8 @@ class GraphState {
             if (capture_) {
                 // Blocks the capture kept are reused only after the last replay completed.
                 std::vector<alloc::PendingUse> after;
-                if (last_stream_ != nullptr)
-                    after.push_back({key_of(last_stream_), device_->record_event(last_stream_)});
+                // Note [Stream identity]: mark() works after the stream's wrapper is gone, too.
+                if (last_stream_) after.push_back({last_stream_->event_key(), last_stream_->mark()});
                 if (auto* allocator = caching_allocator_of(*device_))
                     allocator->release_capture(*capture_, after);
             }
@@ -54,7 +55,7 @@ class GraphState {
             throw Error("cudarc: Graph::launch: a stream of another device");
         device_->bind();
         device_->check(device_->api().graph_launch(exec_, stream.native()), "cuGraphLaunch");
-        last_stream_ = stream.native();
+        last_stream_ = stream.shared_state();
     }
 
   private:
@@ -62,7 +63,7 @@ class GraphState {
     sys::Graph graph_;
     sys::GraphExec exec_;
     std::optional<alloc::CaptureId> capture_;
-    sys::Stream last_stream_ = nullptr;
+    std::shared_ptr<StreamState> last_stream_;
 };
 
 void begin_capture(Stream& stream) {
@@ -71,13 +72,12 @@ void begin_capture(Stream& stream) {
     if (current_capture) throw Error("cudarc: capture: a capture is already under way on this thread");
     device.bind();
     std::optional<alloc::CaptureId> id;
-    if (auto* allocator = caching_allocator_of(device))
-        id = allocator->notify_capture_begin(key_of(stream.native()));
+    if (auto* allocator = caching_allocator_of(device)) id = allocator->notify_capture_begin(key_of(stream));
     const sys::Result r = sys::require(api, api.stream_begin_capture, "cuStreamBeginCapture")(
         stream.native(), sys::kStreamCaptureModeThreadLocal);
     if (r != sys::kSuccess) {
         if (id) {
-            caching_allocator_of(device)->notify_capture_end(key_of(stream.native()));
+            caching_allocator_of(device)->notify_capture_end(key_of(stream));
             caching_allocator_of(device)->release_capture(*id);
         }
         device.check(r, "cuStreamBeginCapture");
@@ -95,8 +95,7 @@ Graph end_capture(Stream& stream) {
     std::optional<alloc::CaptureId> id;
     if (current_capture && caching_allocator_of(device) != nullptr) id = current_capture->second;
     current_capture.reset();
-    if (auto* allocator = caching_allocator_of(device))
-        allocator->notify_capture_end(key_of(stream.native()));
+    if (auto* allocator = caching_allocator_of(device)) allocator->notify_capture_end(key_of(stream));
     sys::GraphExec exec = nullptr;
     sys::Result r = ended;
     if (r == sys::kSuccess)
@@ -119,7 +118,7 @@ void abandon_capture(Stream& stream) noexcept {
     }
     try {
         if (auto* allocator = caching_allocator_of(device)) {
-            allocator->notify_capture_end(key_of(stream.native()));
+            allocator->notify_capture_end(key_of(stream));
             if (current_capture) allocator->release_capture(current_capture->second);
         }
     } catch (...) {

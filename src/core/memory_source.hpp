@@ -1,4 +1,5 @@
-// Where device memory for buffers comes from: the caching allocator or the driver's stream-ordered pool.
+// Where memory for buffers comes from: the caching allocator, the driver's stream-ordered pool, or (for
+// DeviceSlice::managed) managed memory.
 #pragma once
 
 #include <cstddef>
@@ -31,6 +32,8 @@ class MemoryResource {
     [[nodiscard]] virtual bool managed() const noexcept { return false; }
     // Managed memory: migrates [ptr, ptr + bytes) to the device, ordered on `stream` (no-op elsewhere).
     virtual void prefetch(StreamState& /*stream*/, DevicePtr /*ptr*/, std::size_t /*bytes*/) {}
+    // `stream` (foreign) was retired: nothing may name its key any more (Note [Stream identity]).
+    virtual void retire_stream(StreamState& stream) noexcept { static_cast<void>(stream); }
 };
 
 }  // namespace cudarc::detail

@@ -61,20 +61,22 @@ void PinnedAllocation::note_copy(Stream& stream) {
 void PinnedAllocation::copy_from_device_async(Stream& stream, void* dst, Buffer& src, DevicePtr src_ptr,
                                               std::size_t bytes) {
     if (bytes == 0) return;
-    prepare_access(stream, src, Access::read);
+    prepare_access(stream, src, src_ptr, bytes, Access::read);
     device_->bind();
     device_->check(device_->api().memcpy_dtoh_async(dst, src_ptr, bytes, stream.native()),
                    "cuMemcpyDtoHAsync");
+    finish_access(stream, src);
     note_copy(stream);
 }
 
 void PinnedAllocation::copy_to_device_async(Stream& stream, Buffer& dst, DevicePtr dst_ptr, const void* src,
                                             std::size_t bytes) {
     if (bytes == 0) return;
-    prepare_access(stream, dst, Access::write);
+    prepare_access(stream, dst, dst_ptr, bytes, Access::write);
     device_->bind();
     device_->check(device_->api().memcpy_htod_async(dst_ptr, src, bytes, stream.native()),
                    "cuMemcpyHtoDAsync");
+    finish_access(stream, dst);
     note_copy(stream);
 }
 

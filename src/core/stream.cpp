@@ -12,62 +12,86 @@
 namespace cudarc {
 namespace detail {
 
+namespace {
+std::uintptr_t key_for(const StreamState* state, sys::Stream handle, StreamOwnership ownership) noexcept {
+    // Note [Stream identity]: handles are at least 2-aligned, so a foreign key (odd) never equals one.
+    if (ownership == StreamOwnership::foreign) return reinterpret_cast<std::uintptr_t>(state) | 1u;
+    return reinterpret_cast<std::uintptr_t>(handle);
+}
+}  // namespace
+
+StreamState::StreamState(DeviceState& device, sys::Stream handle, StreamOwnership ownership, int priority)
+    : device_(device),
+      handle_(handle),
+      ownership_(ownership),
+      priority_(priority),
+      key_(key_for(this, handle, ownership)),
+      scratch_(device.events().acquire()) {}
+
 StreamState::~StreamState() {
-    if (final_event_ != nullptr) device_.events().release(final_event_);
+    device_.events().release(final_event_);
+    device_.events().release(scratch_);
 }
 
-bool StreamState::alive() const {
-    std::lock_guard lock(mutex_);
-    return !retired_;
+std::uintptr_t StreamState::event_key() const noexcept {
+    return alive() ? key_ : device_.default_stream_state()->key();
 }
 
 sys::Event StreamState::mark() {
-    std::lock_guard lock(mutex_);
     device_.bind();
-    if (!retired_) return device_.record_event(handle_);
-    // Note: the stream is gone; its final event stands for its work. Hand out a fresh event (callers own
-    // what they get) that the default stream records after waiting for that final event.
+    if (ownership_ != StreamOwnership::foreign) {
+        if (alive()) [[likely]]
+            return device_.record_event(handle_);
+        std::lock_guard lock(mutex_);
+        return device_.record_event(device_.default_stream_state()->handle());
+    }
+    std::lock_guard lock(mutex_);
+    if (alive()) return device_.record_event(handle_);
+    // Note [Stream identity]: the stream may be gone; its final event stands for its work. Hand out a fresh
+    // event (callers own what they get) that the default stream records after waiting for that event.
     sys::Stream proxy = device_.default_stream_state()->handle();
-    device_.wait_event(proxy, final_event_);
+    if (final_event_ != nullptr) device_.wait_event(proxy, final_event_);
     return device_.record_event(proxy);
 }
 
 void StreamState::order_before(sys::Stream waiter) {
-    std::lock_guard lock(mutex_);
-    if (!retired_ && waiter == handle_) return;
-    device_.bind();
-    if (retired_) {
-        device_.wait_event(waiter, final_event_);
+    std::unique_lock<std::mutex> lock;
+    if (ownership_ == StreamOwnership::foreign) lock = std::unique_lock(mutex_);
+    if (!alive()) {
+        if (final_event_ != nullptr) {
+            device_.bind();
+            device_.wait_event(waiter, final_event_);
+        }
         return;
     }
-    sys::Event event = device_.record_event(handle_);
-    try {
-        device_.wait_event(waiter, event);
-    } catch (...) {
-        device_.events().release(event);
-        throw;
-    }
-    device_.events().release(event);
+    if (waiter == handle_) return;
+    device_.bind();
+    device_.record_into(scratch_, handle_);
+    device_.wait_event(waiter, scratch_);
 }
 
 void StreamState::retire(sys::Event final_event) noexcept {
     std::lock_guard lock(mutex_);
-    retired_ = true;
+    if (!alive()) {
+        device_.events().release(final_event);
+        return;
+    }
     final_event_ = final_event;
+    retired_.store(true, std::memory_order_release);
 }
 
 StreamPool::~StreamPool() {
     clear();
 }
 
-sys::Stream StreamPool::acquire(int priority) {
+std::shared_ptr<StreamState> StreamPool::acquire(int priority) {
     {
         std::lock_guard lock(mutex_);
         for (auto it = free_.rbegin(); it != free_.rend(); ++it) {
-            if (it->first == priority) {
-                const sys::Stream stream = it->second;
+            if ((*it)->priority() == priority) {
+                std::shared_ptr<StreamState> state = std::move(*it);
                 free_.erase(std::next(it).base());
-                return stream;
+                return state;
             }
         }
     }
@@ -75,26 +99,39 @@ sys::Stream StreamPool::acquire(int priority) {
     sys::Stream stream = nullptr;
     device_.check(device_.api().stream_create_with_priority(&stream, sys::kStreamNonBlocking, priority),
                   "cuStreamCreateWithPriority");
-    return stream;
-}
-
-void StreamPool::release(sys::Stream stream, int priority) noexcept {
     try {
-        std::lock_guard lock(mutex_);
-        free_.emplace_back(priority, stream);
+        return std::make_shared<StreamState>(device_, stream, StreamOwnership::pooled, priority);
     } catch (...) {
         device_.defer(device_.api().stream_destroy(stream), "cuStreamDestroy");
+        throw;
     }
+}
+
+void StreamPool::release(std::shared_ptr<StreamState> state) noexcept {
+    try {
+        std::lock_guard lock(mutex_);
+        free_.push_back(std::move(state));
+        return;
+    } catch (...) {
+    }
+    // Without memory to keep it, the stream is destroyed; its state (and so its handle value) may still be
+    // named by buffers, so it is retired first: they order after its final work, which is complete.
+    device_.defer(device_.api().stream_synchronize(state->handle()), "cuStreamSynchronize");
+    AtomicCounters::bump(device_.counters().stream_synchronizes);
+    state->retire(nullptr);
+    device_.defer(device_.api().stream_destroy(state->handle()), "cuStreamDestroy");
 }
 
 void StreamPool::clear() noexcept {
-    std::vector<std::pair<int, sys::Stream>> streams;
+    std::vector<std::shared_ptr<StreamState>> states;
     {
         std::lock_guard lock(mutex_);
-        streams.swap(free_);
+        states.swap(free_);
     }
-    for (const auto& entry : streams)
-        device_.defer(device_.api().stream_destroy(entry.second), "cuStreamDestroy");
+    for (const auto& state : states) {
+        state->retire(nullptr);
+        device_.defer(device_.api().stream_destroy(state->handle()), "cuStreamDestroy");
+    }
 }
 
 }  // namespace detail
@@ -104,37 +141,31 @@ using detail::StreamState;
 
 namespace {
 
-// A stream from the device's pool. Note: owned streams are never destroyed while the device lives, so a
-// stream handle's value names one stream for the device's whole life (the caching allocator keys cached
-// blocks by it).
 std::shared_ptr<StreamState> pooled_stream_state(DeviceState& device, const StreamOptions& options) {
-    const int priority = device.clamp_priority(options.priority);
-    sys::Stream handle = device.streams().acquire(priority);
-    try {
-        return std::make_shared<StreamState>(device, handle, detail::StreamOwnership::pooled, priority);
-    } catch (...) {
-        device.streams().release(handle, priority);
-        throw;
-    }
+    return device.streams().acquire(device.clamp_priority(options.priority));
 }
 
 }  // namespace
 
 Stream::Stream(std::shared_ptr<DeviceState> keep_alive, std::shared_ptr<StreamState> state,
-               std::shared_ptr<StreamState> parent) noexcept
-    : keep_alive_(std::move(keep_alive)), state_(std::move(state)), parent_(std::move(parent)) {}
+               const std::shared_ptr<StreamState>& parent) noexcept
+    : keep_alive_(std::move(keep_alive)), state_(std::move(state)), parent_(parent.get()) {
+    if (parent_ != nullptr && parent_->ownership() == detail::StreamOwnership::foreign) parent_keep_ = parent;
+}
 
 Stream::Stream(Stream&& other) noexcept
     : keep_alive_(std::move(other.keep_alive_)),
       state_(std::move(other.state_)),
-      parent_(std::move(other.parent_)) {}
+      parent_(std::exchange(other.parent_, nullptr)),
+      parent_keep_(std::move(other.parent_keep_)) {}
 
 Stream& Stream::operator=(Stream&& other) noexcept {
     if (this != &other) {
         release();
         keep_alive_ = std::move(other.keep_alive_);
         state_ = std::move(other.state_);
-        parent_ = std::move(other.parent_);
+        parent_ = std::exchange(other.parent_, nullptr);
+        parent_keep_ = std::move(other.parent_keep_);
     }
     return *this;
 }
@@ -143,31 +174,61 @@ Stream::~Stream() {
     release();
 }
 
+void Stream::join_parent() noexcept {
+    DeviceState& device = state_->device();
+    if (!parent_->alive()) return;  // a foreign parent whose wrapper is gone: nothing left to join into
+    try {
+        state_->order_before(parent_->handle());
+        return;
+    } catch (const Error& error) {
+        device.defer(error);  // for Device::rethrow_deferred_error
+    } catch (...) {
+    }
+    // The join could not be enqueued: make the child's work complete on the host instead (counted), so
+    // that the parent's later work still comes after it.
+    device.defer(device.api().stream_synchronize(state_->handle()), "cuStreamSynchronize");
+    detail::AtomicCounters::bump(device.counters().stream_synchronizes);
+}
+
 void Stream::release() noexcept {
     if (!state_) return;
     DeviceState& device = state_->device();
-    const auto ownership = state_->ownership();
-    if (ownership != detail::StreamOwnership::foreign) {
-        // Record where the stream's work ends: a forked child's parent waits for it (the join), and buffers
-        // that used this stream order their release after it.
-        sys::Event final_event = nullptr;
-        try {
-            device.bind();
-            final_event = device.record_event(state_->handle());
-            if (parent_) device.wait_event(parent_->handle(), final_event);
-        } catch (const Error& error) {
-            device.defer(error);  // for Device::rethrow_deferred_error; the stream is still destroyed below
-        } catch (...) {
-        }
-        state_->retire(final_event);
-        if (ownership == detail::StreamOwnership::pooled) {
-            device.streams().release(state_->handle(), state_->priority());
-        } else {
-            // Note: cuStreamDestroy returns at once; work already queued still runs to completion.
-            device.defer(device.api().stream_destroy(state_->handle()), "cuStreamDestroy");
+    switch (state_->ownership()) {
+        case detail::StreamOwnership::pooled:
+            // Note [Stream identity]: the handle and its state go back to the pool together, so buffers
+            // that used this stream keep naming a live queue: no final event is needed.
+            if (parent_ != nullptr) join_parent();
+            device.streams().release(std::move(state_));
+            break;
+        case detail::StreamOwnership::owned:
+        case detail::StreamOwnership::foreign: {
+            // Record where the stream's work ends; buffers and allocations that used it order after that
+            // event from now on. If the record fails, wait for the stream on the host (counted) and retire
+            // it as complete, so that no later access waits on a missing event.
+            sys::Event final_event = nullptr;
+            try {
+                device.bind();
+                final_event = device.record_event(state_->handle());
+            } catch (const Error& error) {
+                device.defer(error);
+            } catch (...) {
+            }
+            if (final_event == nullptr) {
+                device.defer(device.api().stream_synchronize(state_->handle()), "cuStreamSynchronize");
+                detail::AtomicCounters::bump(device.counters().stream_synchronizes);
+            }
+            state_->retire(final_event);
+            if (state_->ownership() == detail::StreamOwnership::foreign) {
+                device.memory().retire_stream(*state_);
+            } else {
+                // Note: cuStreamDestroy returns at once; work already queued still runs to completion.
+                device.defer(device.api().stream_destroy(state_->handle()), "cuStreamDestroy");
+            }
+            break;
         }
     }
-    parent_.reset();
+    parent_ = nullptr;
+    parent_keep_.reset();
     state_.reset();
     keep_alive_.reset();
 }
@@ -192,10 +253,9 @@ Stream Stream::wrap(const Device& device, NativeStream foreign) {
 
 Stream Stream::fork(const StreamOptions& options) {
     DeviceState& device = state_->device();
-    auto child = pooled_stream_state(device, options);
-    // From here the Stream owns the handle: its destructor returns it to the pool.
-    Stream stream(device.shared_from_this(), child, state_);
-    state_->order_before(child->handle());
+    // From here the Stream owns the pooled state: its destructor returns it to the pool (and joins).
+    Stream stream(device.shared_from_this(), pooled_stream_state(device, options), state_);
+    state_->order_before(stream.state_->handle());
     return stream;
 }
 
@@ -219,6 +279,7 @@ void Stream::synchronize() {
     device.bind();
     device.check(device.api().stream_synchronize(state_->handle()), "cuStreamSynchronize");
     detail::AtomicCounters::bump(device.counters().stream_synchronizes);
+    device.releases().poll();  // Note [Deferred release]
 }
 
 bool Stream::query() const {

@@ -29,6 +29,7 @@ class StreamOrderedSource final : public MemoryResource {
 
     MemoryBlock allocate(std::size_t bytes, StreamState& stream) override {
         const sys::DriverApi& api = device_.api();
+        device_.bind();
         DevicePtr ptr = 0;
         const sys::Result r =
             pooled_ ? api.mem_alloc_async(&ptr, bytes, stream.handle()) : api.mem_alloc(&ptr, bytes);

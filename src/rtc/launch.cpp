@@ -1,7 +1,7 @@
 // The non-template half of cudarc::launch, launch_dynamic, and LaunchConfig::for_elements.
 //
 // Note: launch_packed is the hot path. It takes no lock, allocates nothing and looks nothing up: pointer
-// comparisons for the device checks, the hazard fast path (two comparisons per buffer on one stream), the
+// comparisons for the device checks, the hazard fast path (one comparison per buffer on one stream), the
 // thread-local context check, the driver call and one relaxed counter increment.
 #include "cudarc/launch.hpp"
 
@@ -156,8 +156,12 @@ void launch_packed(const Stream& stream, const LaunchConfig& config, const Funct
     if (has_zero_extent(config) || config.has_attributes()) [[unlikely]]
         validate_launch_config(config);
 
-    for (std::size_t i = 0; i < access_count; ++i)
-        prepare_access(stream, *accesses[i].buffer, accesses[i].access);
+    // Devices were checked above. Note [Single-stream fast path]: one comparison per buffer on one stream.
+    for (std::size_t i = 0; i < access_count; ++i) {
+        const TrackedAccess& a = accesses[i];
+        a.buffer->hazards().before_access(stream_state, static_cast<std::size_t>(a.ptr - a.buffer->ptr()),
+                                          a.bytes, a.access);
+    }
 
     device.bind();
     const sys::DriverApi& api = device.api();
@@ -172,6 +176,7 @@ void launch_packed(const Stream& stream, const LaunchConfig& config, const Funct
     if (result != sys::kSuccess) [[unlikely]]
         throw_launch_failure(device, config, function, result);
     AtomicCounters::bump(device.counters().kernel_launches);
+    for (std::size_t i = 0; i < access_count; ++i) accesses[i].buffer->hazards().after_access(stream_state);
 }
 
 }  // namespace detail
@@ -205,7 +210,8 @@ void launch_dynamic(Stream& stream, const LaunchConfig& config, const Function& 
         // Note: cuLaunchKernel takes void** but only reads through it.
         parameters.push_back(const_cast<void*>(args[i].data()));
         if (detail::Buffer* buffer = args[i].tracked_buffer()) {
-            accesses.push_back({buffer, args[i].access(), static_cast<unsigned>(i)});
+            accesses.push_back({buffer, args[i].tracked_ptr(), args[i].tracked_bytes(), args[i].access(),
+                                static_cast<unsigned>(i)});
         }
     }
     detail::launch_packed(stream, config, function, parameters.empty() ? nullptr : parameters.data(),

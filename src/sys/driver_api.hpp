@@ -56,6 +56,12 @@ inline constexpr int kStreamCaptureStatusActive = 1;     // CU_STREAM_CAPTURE_ST
 inline constexpr int kPointerAttributeMemoryType = 2;    // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
 inline constexpr unsigned kMemoryTypeHost = 1;           // CU_MEMORYTYPE_HOST
 
+// cuPointerGetAttributes attributes and memory types that borrowed memory is checked with.
+inline constexpr unsigned kMemoryTypeDevice = 2;          // CU_MEMORYTYPE_DEVICE
+inline constexpr int kPointerAttributeContext = 1;        // CU_POINTER_ATTRIBUTE_CONTEXT
+inline constexpr int kPointerAttributeIsManaged = 8;      // CU_POINTER_ATTRIBUTE_IS_MANAGED
+inline constexpr int kPointerAttributeDeviceOrdinal = 9;  // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+
 // CUdevice_attribute values the library reads.
 namespace attr {
 inline constexpr int kMaxThreadsPerBlock = 1;
@@ -190,6 +196,8 @@ struct DriverApi {
     // (kMemoryTypeHost) from pageable memory (0). Unlike the singular form it reports an unknown pointer
     // as success with zeroed values, not as an error. Null: treat every host pointer as page-locked.
     Result (*pointer_get_attributes)(unsigned count, int* attributes, void** data, DevicePtr ptr) = nullptr;
+    // cuMemGetAddressRange: the allocation containing `ptr` (borrowed memory's bounds check). Optional.
+    Result (*mem_get_address_range)(DevicePtr* base, std::size_t* size, DevicePtr ptr) = nullptr;
 
     // Modules and launches
     Result (*module_load_data)(Module* module, const void* image) = nullptr;

@@ -252,3 +252,49 @@ TEST_CASE("alloc.many_pending_frees_complete_in_order") {
     CHECK(f.device->unreleased_events() == 0);
     CHECK(f.allocator.stats().active_bytes == 0);
 }
+
+TEST_CASE("alloc.retire_stream_moves_its_blocks_to_the_heir") {
+    // Note [Stream identity]: a foreign stream's key goes away with its wrapper; its segments (free, held
+    // and allocated blocks) and record_stream entries move to the heir (the default stream).
+    AllocatorOnFakeDevice f;
+    constexpr cudarc::alloc::StreamKey kForeign = 7;
+    constexpr cudarc::alloc::StreamKey kHeir = 2;
+    const Allocation cached = f.allocator.allocate(256 * kKiB, kForeign);
+    const Allocation live = f.allocator.allocate(256 * kKiB, kForeign);
+    const Allocation other = f.allocator.allocate(64 * kKiB, 3);
+    f.allocator.record_stream(other, kForeign);  // stream 3's block, also used on the foreign stream
+    f.allocator.free(cached);
+    const auto event = f.device->make_event(kForeign);
+    const PendingUse use{kForeign, event};
+    const Allocation held = f.allocator.allocate(64 * kKiB, 3);
+    f.allocator.free(held, {&use, 1});  // gated by an event on the foreign stream
+
+    f.allocator.retire_stream(kForeign, kHeir);
+    for (const auto& segment : f.allocator.snapshot().segments) CHECK(segment.stream != kForeign);
+    // The cached block is the heir's now: reused there, never on the old key.
+    const Allocation again = f.allocator.allocate(256 * kKiB, kHeir);
+    CHECK(again.ptr == cached.ptr);
+    const Allocation fresh = f.allocator.allocate(256 * kKiB, kForeign);
+    CHECK(fresh.ptr != cached.ptr);
+    // The live block goes back to the heir's pool when freed.
+    f.allocator.free(live);
+    const Allocation reuse = f.allocator.allocate(256 * kKiB, kHeir);
+    CHECK(reuse.ptr == live.ptr);
+    // The record_stream entry now names the heir: freeing records on it, never on the retired key.
+    const auto before = f.device->count(FakeCall::Kind::record_event);
+    f.allocator.free(other);
+    CHECK(f.device->count(FakeCall::Kind::record_event) == before + 1);
+    const auto log = f.device->log();
+    const auto last_record = std::find_if(log.rbegin(), log.rend(), [](const FakeCall& call) {
+        return call.kind == FakeCall::Kind::record_event;
+    });
+    REQUIRE(last_record != log.rend());
+    CHECK(last_record->value == kHeir);
+    // The event already queued on the retired stream still gates its block.
+    f.device->complete(event);
+    for (const auto& a : {again, fresh, reuse}) f.allocator.free(a);
+    f.device->complete_all();
+    f.allocator.empty_cache();
+    CHECK(snapshot_problem(f.allocator) == "");
+    CHECK(f.device->violations().empty());
+}

@@ -114,6 +114,9 @@ TEST_CASE("launch.pack_subview_address_and_position") {
     CHECK(packed.accesses()[0].buffer == &buffer);
     CHECK(packed.accesses()[0].argument == 1);  // its position in the argument list
     CHECK(packed.accesses()[0].access == Access::write);
+    // Hazard tracking sees exactly the subview's bytes (Note [Range hazards]).
+    CHECK(packed.accesses()[0].ptr == base + offset * sizeof(double));
+    CHECK(packed.accesses()[0].bytes == 50 * sizeof(double));
 }
 
 TEST_CASE("launch.pack_raw_pointers_are_untracked") {
@@ -255,6 +258,8 @@ TEST_CASE("launch.kernel_arg_values_and_buffers") {
     CHECK(bits == address);
     CHECK(written.tracked_buffer() == &buffer);
     CHECK(written.access() == Access::write);
+    CHECK(written.tracked_ptr() == address);
+    CHECK(written.tracked_bytes() == 16 * sizeof(float));
 
     const DeviceSlice<float> frozen;
     const auto read = cudarc::KernelArg::reads(frozen);

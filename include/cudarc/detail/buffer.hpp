@@ -1,5 +1,6 @@
-// detail::Buffer — an untyped device allocation that knows which streams used it.
-// The typed DeviceSlice<T> wraps one; library templates reach the non-template code through here.
+// detail::Buffer — an untyped device allocation (or borrowed memory) that knows which streams used which
+// of its bytes. The typed DeviceSlice<T> and BorrowedSlice<T> wrap one; library templates reach the
+// non-template code through here.
 #pragma once
 
 #include <cstddef>
@@ -16,63 +17,87 @@ namespace cudarc::detail {
 
 class DeviceState;
 class StreamState;
+class HazardTracker;
 class MemoryResource;
 
 enum class Access { read, write };
 
-// One stream's use of a buffer. The event is recorded lazily: only when another stream must wait for
-// this use (or the buffer is freed while the use may be in flight).
+// One stream's use of a buffer, as a memory source or a release queue receives it. The event, when not
+// null, was recorded on `stream` after the use; otherwise the receiver records one when it needs it.
 struct StreamUse {
     std::shared_ptr<StreamState> stream;
-    NativeEvent event = nullptr;  // pooled; null until needed
+    NativeEvent event = nullptr;  // pooled
 };
 
-// Hazard state of one buffer: the last writer and the readers since that write.
+// What to call once borrowed memory is no longer used by cudarc (a DLPack deleter, for instance).
+struct ReleaseHook {
+    void (*call)(void* context) noexcept = nullptr;
+    void* context = nullptr;
+    [[nodiscard]] explicit operator bool() const noexcept { return call != nullptr; }
+};
+
+// Hazard state of one buffer: which streams wrote and read which bytes (Note [Range hazards] in
+// src/core/range_table.hpp).
 //
-// Note: on a single stream nothing is recorded and nothing waited for — the check below is two
-// comparisons. Only when a second stream touches the buffer are events recorded (on the earlier
-// streams, capturing their work so far) and waits inserted.
+// Note [Single-stream fast path]
+// While one stream alone has written the whole buffer and nothing else happened since, `exclusive_` names
+// it, and any access on that stream needs no wait and changes nothing: one pointer comparison. Only when a
+// second stream touches the buffer is the range table built (and events recorded, lazily, on the earlier
+// streams). A write of the whole buffer by one stream returns to the fast path.
 class HazardState {
   public:
-    HazardState() = default;
-    explicit HazardState(std::shared_ptr<StreamState> first_writer) noexcept
-        : writer_{std::move(first_writer)} {}
+    HazardState() noexcept;
+    // A buffer of `bytes` last written as a whole by `first_writer` (may be null: untouched). The caller
+    // keeps `first_writer` alive for as long as this state may name it.
+    HazardState(std::size_t bytes, StreamState* first_writer) noexcept;
     HazardState(const HazardState&) = delete;
     HazardState& operator=(const HazardState&) = delete;
-    HazardState(HazardState&&) noexcept = default;
-    HazardState& operator=(HazardState&&) noexcept = default;
-    ~HazardState() = default;  // events are released by Buffer, which knows the device
+    HazardState(HazardState&& other) noexcept;
+    HazardState& operator=(HazardState&& other) noexcept;
+    ~HazardState();  // returns recorded events to their pools
 
-    // Orders an access on `stream` after every conflicting earlier access on other streams.
-    void before_access(StreamState& stream, Access access) {
-        if (writer_.stream.get() == &stream && readers_.empty()) return;  // single-stream fast path
-        before_access_slow(stream, access);
+    // Orders an access on `stream` to bytes [offset, offset + bytes) after every conflicting earlier
+    // access on other streams. Throws (changing nothing) when a wait cannot be enqueued.
+    void before_access(StreamState& stream, std::size_t offset, std::size_t bytes, Access access) {
+        if (exclusive_ == &stream) return;  // Note [Single-stream fast path]
+        before_access_slow(stream, offset, bytes, access);
     }
-    // Notes that `stream` uses the buffer outside the library's knowledge (raw pointers): no waits are
-    // inserted, but freeing the buffer will wait for that stream's work.
+    // Called once the access's work is enqueued on `stream`: in the slow path, records an event right after
+    // it, so that a later waiter on another stream orders after exactly this stream's uses of the buffer,
+    // not after whatever the stream runs next (Note [Eager events]). Never throws; nothing on the fast path.
+    void after_access(StreamState& stream) noexcept {
+        if (exclusive_ == &stream || !tracker_) return;
+        after_access_slow(stream);
+    }
+    // Notes that `stream` uses the whole buffer outside the library's knowledge (raw pointers): no waits
+    // are inserted, but later writers on other streams and the free wait for that stream's work.
     void record_use(StreamState& stream);
 
-    // Every recorded use (the writer and the readers), leaving this state empty. Events may be null.
+    // Every stream that used the buffer (one entry each, events possibly null), leaving this state
+    // untouched and empty.
     [[nodiscard]] std::vector<StreamUse> take_uses();
-    // Drops the (home stream's) writer entry when used_only_on() holds, returning its event to the pool.
-    void forget_home_use() noexcept;
-    // True when no stream but `stream` used the buffer since it was created or last written.
-    [[nodiscard]] bool used_only_on(const StreamState& stream) const noexcept {
-        return readers_.empty() && (!writer_.stream || writer_.stream.get() == &stream);
-    }
+    // Forgets everything (events back to their pools).
+    void clear() noexcept;
 
-    [[nodiscard]] const StreamUse& writer() const noexcept { return writer_; }
-    [[nodiscard]] const std::vector<StreamUse>& readers() const noexcept { return readers_; }
+    // The stream that alone owns the whole buffer (Note [Single-stream fast path]), or null.
+    [[nodiscard]] StreamState* exclusive() const noexcept { return exclusive_; }
+    // For tests and diagnostics: the range table behind the slow path (null until a second stream came).
+    [[nodiscard]] const HazardTracker* tracker() const noexcept { return tracker_.get(); }
 
   private:
-    void before_access_slow(StreamState& stream, Access access);
+    void before_access_slow(StreamState& stream, std::size_t offset, std::size_t bytes, Access access);
+    void after_access_slow(StreamState& stream) noexcept;
+    HazardTracker& ensure_tracker();
 
-    StreamUse writer_;
-    std::vector<StreamUse> readers_;  // at most one entry per stream, never the writer's stream
+    StreamState* exclusive_ = nullptr;
+    std::size_t bytes_ = 0;
+    std::unique_ptr<HazardTracker> tracker_;
 };
 
-// An untyped allocation owned by a DeviceSlice. The memory is released, ordered after every recorded use,
-// when the Buffer is destroyed.
+// Device memory that cudarc tracks: either owned (allocated from the device's memory source or its managed
+// memory source, freed on destruction ordered after every recorded use) or borrowed (another library owns it;
+// on destruction the owner's stream is made to wait for cudarc's uses and an optional release hook runs once
+// they complete).
 class Buffer {
   public:
     Buffer() = default;
@@ -81,6 +106,11 @@ class Buffer {
     Buffer(Stream& stream, std::size_t bytes);
     // The same in managed memory (DeviceSlice::managed).
     [[nodiscard]] static Buffer managed(Stream& stream, std::size_t bytes);
+    // Borrows `bytes` at `ptr` on `device`. With an `owner` stream, the memory counts as written by it
+    // (cudarc's first use on another stream waits for it), and destruction makes it wait for cudarc's last
+    // uses. `hook` (optional) runs once cudarc's uses have completed, without blocking the host.
+    Buffer(const std::shared_ptr<DeviceState>& device, DevicePtr ptr, std::size_t bytes, const Stream* owner,
+           ReleaseHook hook);
     Buffer(const Buffer&) = delete;
     Buffer& operator=(const Buffer&) = delete;
     Buffer(Buffer&& other) noexcept;
@@ -89,6 +119,7 @@ class Buffer {
 
     [[nodiscard]] DevicePtr ptr() const noexcept { return ptr_; }
     [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
+    [[nodiscard]] bool borrowed() const noexcept { return borrowed_; }
     [[nodiscard]] int device_ordinal() const noexcept;
     [[nodiscard]] const std::shared_ptr<DeviceState>& device() const noexcept { return device_; }
     // Whether the memory is managed (DeviceSlice::managed).
@@ -103,18 +134,30 @@ class Buffer {
     friend void prefetch_to_device(Stream& stream, Buffer& buffer, DevicePtr ptr, std::size_t bytes);
     Buffer(Stream& stream, std::size_t bytes, MemoryResource& source);
     void release() noexcept;
+    void release_borrowed() noexcept;
 
     std::shared_ptr<DeviceState> device_;  // keeps the device (and its allocator) alive
-    MemoryResource* source_ = nullptr;     // where the memory came from (owned by the device state)
+    MemoryResource* source_ = nullptr;     // owned: where the memory came from (the device state owns it)
     DevicePtr ptr_ = 0;
     std::size_t bytes_ = 0;
-    void* allocation_ = nullptr;         // the memory source's bookkeeping for this allocation
-    std::shared_ptr<StreamState> home_;  // the stream the memory was allocated on
+    void* allocation_ = nullptr;  // the memory source's bookkeeping for this allocation
+    // Owned: the stream the memory was allocated on. Borrowed: the owner's stream, or null.
+    // Note: a pooled or default stream's state lives as long as its device, which device_ keeps alive;
+    // only a foreign stream's state needs the reference in home_keep_.
+    StreamState* home_ = nullptr;
+    std::shared_ptr<StreamState> home_keep_;
     HazardState hazards_;
+    ReleaseHook on_release_;
+    bool borrowed_ = false;
 };
 
-// Orders an access to `buffer` on `stream` (hazard tracking), checking the device first.
+// Orders an access to bytes [ptr, ptr + bytes) of `buffer` on `stream` (hazard tracking), checking the
+// device first. `ptr` lies in the buffer (callers checked bounds).
+void prepare_access(const Stream& stream, Buffer& buffer, DevicePtr ptr, std::size_t bytes, Access access);
+// The same for the whole buffer.
 void prepare_access(const Stream& stream, Buffer& buffer, Access access);
+// After the work of a prepared access is enqueued (HazardState::after_access).
+void finish_access(const Stream& stream, Buffer& buffer) noexcept;
 
 // Non-template memory operations behind DeviceSlice<T> and cudarc::copy. Offsets and sizes in bytes;
 // callers have already checked bounds and sizes.

@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "cudarc/borrowed.hpp"
 #include "cudarc/detail/buffer.hpp"
 #include "cudarc/kernel.hpp"
 #include "cudarc/launch_config.hpp"
@@ -20,10 +21,12 @@ class Stream;
 
 namespace cudarc::detail {
 
-// One tracked argument: the buffer behind a DeviceSlice / DeviceView, how the kernel uses it, and its
-// position in the argument list (for error messages).
+// One tracked argument: the buffer behind a DeviceSlice / DeviceView, the bytes the view covers, how the
+// kernel uses them, and the argument's position in the list (for error messages).
 struct TrackedAccess {
     Buffer* buffer = nullptr;
+    DevicePtr ptr = 0;
+    std::size_t bytes = 0;
     Access access = Access::read;
     unsigned argument = 0;
 };
@@ -40,11 +43,18 @@ template <typename T>
 struct element_of<DeviceView<T>> {
     using type = T;
 };
+template <typename T>
+struct element_of<BorrowedSlice<T>> {
+    using type = T;
+};
 
+// Slices (owning or borrowed) pass by lvalue; a const one, or one of const elements, only as const T*.
 template <typename T>
 inline constexpr bool is_slice_v = false;
 template <typename T>
 inline constexpr bool is_slice_v<DeviceSlice<T>> = true;
+template <typename T>
+inline constexpr bool is_slice_v<BorrowedSlice<T>> = true;
 
 // Whether an argument of forwarded type `Arg` (e.g. `DeviceSlice<float>&`) feeds hazard tracking.
 template <typename Arg>
@@ -88,7 +98,8 @@ consteval ArgumentCheck check_argument() {
             return ArgumentCheck::buffer_for_value;
         } else {
             using Element = typename element_of<A>::type;
-            return check_buffer_for_pointer<Param, Element, std::is_const_v<std::remove_reference_t<Arg>>>();
+            return check_buffer_for_pointer < Param, Element,
+                   std::is_const_v<std::remove_reference_t<Arg>> || std::is_const_v < Element >> ();
         }
     } else if constexpr (is_slice_or_view_v<A>) {
         if constexpr (!param_is_pointer) {
@@ -189,6 +200,14 @@ template <typename T>
 auto as_view(const DeviceSlice<T>& slice) noexcept {
     return slice.view();
 }
+template <typename T>
+auto as_view(BorrowedSlice<T>& slice) noexcept {
+    return slice.view();
+}
+template <typename T>
+auto as_view(const BorrowedSlice<T>& slice) noexcept {
+    return slice.view();
+}
 
 // The value stored for parameter `Param` from argument `arg`: the exact parameter type.
 template <typename Param, typename Arg>
@@ -250,8 +269,9 @@ class PackedArguments<void(Params...), Args...> {
     void note_access(Arg& arg, std::size_t& slot, unsigned index) noexcept {
         if constexpr (is_tracked_argument_v<Arg>) {
             const bool kernel_writes = !std::is_const_v<std::remove_pointer_t<Param>>;
-            tracked_[slot++] =
-                TrackedAccess{&as_view(arg).buffer(), kernel_writes ? Access::write : Access::read, index};
+            const auto view = as_view(arg);
+            tracked_[slot++] = TrackedAccess{&view.buffer(), view.device_ptr(), view.bytes(),
+                                             kernel_writes ? Access::write : Access::read, index};
         } else {
             static_cast<void>(arg);
             static_cast<void>(slot);

@@ -132,6 +132,7 @@ bool load_cuda_driver(DriverApi& api, std::string& why) {
     resolve(api.memset_d8_async, "cuMemsetD8Async");
     resolve(api.memset_d32_async, "cuMemsetD32Async");
     resolve(api.pointer_get_attributes, "cuPointerGetAttributes", false);
+    resolve(api.mem_get_address_range, "cuMemGetAddressRange", false);
     // cuModuleLoadData has the signature the table wants; options go through NVRTC instead.
     resolve(api.module_load_data, "cuModuleLoadData");
     resolve(api.module_unload, "cuModuleUnload");

@@ -1,0 +1,99 @@
+// cudarc::BorrowedSlice<T> — device memory another library owns (a PyTorch tensor, a CuPy array, a buffer
+// from a C API), tracked by cudarc while it uses it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#include "cudarc/detail/buffer.hpp"
+#include "cudarc/device.hpp"
+#include "cudarc/slice.hpp"
+#include "cudarc/stream.hpp"
+
+namespace cudarc {
+
+namespace detail {
+// Checks that [ptr, ptr + bytes) is device (or managed) memory of `device`'s context inside one allocation
+// (cuPointerGetAttributes, cuMemGetAddressRange), and that `owner` is a stream of `device`; throws a clear
+// error naming the failed check, else returns a borrowed Buffer. `hook` (may be empty) runs once cudarc's
+// uses have completed; on a throw it has not run and is the caller's to run.
+[[nodiscard]] Buffer borrow_memory(const Device& device, DevicePtr ptr, std::size_t count,
+                                   std::size_t element_size, const Stream* owner, ReleaseHook hook);
+}  // namespace detail
+
+// A typed, non-owning slice over device memory that another library owns. `T` may be const: then it can
+// only be read (by launches, copies, optimizer gradients).
+//
+// - Made from a device address, an element count, the Device and optionally the owner's stream (a
+//   cudarc Stream, typically Stream::wrap of the framework's current stream). The memory is checked: it
+//   must be device or managed memory of the device's context, and count * sizeof(T) bytes must lie
+//   inside one allocation. (A driver table without cuPointerGetAttributes or cuMemGetAddressRange, such
+//   as HIP's today, skips the check it cannot make.)
+// - view() / view(offset, count) give DeviceViews that work with launch, copy, memset and
+//   optim::ParamTensor; cudarc tracks its own uses per byte range while the slice lives.
+// - With an owner stream, cudarc's first use on another stream waits for the owner's work submitted so
+//   far, and destroying the slice makes the owner's stream wait for cudarc's last uses (events, never a
+//   host block). The owner's Stream must outlive the slice (if it is gone first, the destructor waits on
+//   the host instead, counted).
+// - Destroying it frees nothing.
+//
+// Move-only, like DeviceSlice; views must not outlive it.
+template <typename T>
+class BorrowedSlice {
+    static_assert(DeviceCopyable<std::remove_const_t<T>>, "BorrowedSlice<T> needs a trivially copyable T");
+
+  public:
+    using element_type = T;
+    using value_type = std::remove_const_t<T>;
+
+    BorrowedSlice() = default;
+    BorrowedSlice(const Device& device, DevicePtr ptr, std::size_t count)
+        : buffer_(detail::borrow_memory(device, ptr, count, sizeof(T), nullptr, {})), size_(count) {}
+    BorrowedSlice(const Device& device, DevicePtr ptr, std::size_t count, const Stream& owner)
+        : buffer_(detail::borrow_memory(device, ptr, count, sizeof(T), &owner, {})), size_(count) {}
+    // The same from a typed device pointer (e.g. a framework's data pointer).
+    BorrowedSlice(const Device& device, T* ptr, std::size_t count)
+        : BorrowedSlice(device, address_of(ptr), count) {}
+    BorrowedSlice(const Device& device, T* ptr, std::size_t count, const Stream& owner)
+        : BorrowedSlice(device, address_of(ptr), count, owner) {}
+
+    [[nodiscard]] std::size_t size() const noexcept { return size_; }
+    [[nodiscard]] std::size_t bytes() const noexcept { return size_ * sizeof(T); }
+    [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
+    [[nodiscard]] DevicePtr device_ptr() const noexcept { return buffer_.ptr(); }
+    [[nodiscard]] int device_ordinal() const noexcept { return buffer_.device_ordinal(); }
+
+    [[nodiscard]] DeviceView<T> view() noexcept { return DeviceView<T>(buffer_, buffer_.ptr(), size_); }
+    [[nodiscard]] DeviceView<const value_type> view() const noexcept {
+        return DeviceView<const value_type>(const_cast<detail::Buffer&>(buffer_), buffer_.ptr(), size_);
+    }
+    [[nodiscard]] DeviceView<T> view(std::size_t offset, std::size_t count) {
+        return view().subview(offset, count);
+    }
+    [[nodiscard]] DeviceView<const value_type> view(std::size_t offset, std::size_t count) const {
+        return view().subview(offset, count);
+    }
+
+    // Declares that `stream` uses this memory through its raw pointer (see DeviceSlice::record_stream).
+    void record_stream(Stream& stream) {
+        buffer_.check_same_device(stream);
+        buffer_.hazards().record_use(stream.state());
+    }
+
+    // Internal.
+    [[nodiscard]] detail::Buffer& buffer() noexcept { return buffer_; }
+    BorrowedSlice(detail::Buffer buffer, std::size_t count) noexcept
+        : buffer_(std::move(buffer)), size_(count) {}
+
+  private:
+    static DevicePtr address_of(T* ptr) noexcept {
+        return static_cast<DevicePtr>(reinterpret_cast<std::uintptr_t>(ptr));
+    }
+
+    detail::Buffer buffer_;
+    std::size_t size_ = 0;
+};
+
+}  // namespace cudarc

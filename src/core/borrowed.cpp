@@ -1,0 +1,78 @@
+// Checks on memory another library owns before cudarc borrows it (cudarc/borrowed.hpp).
+#include "cudarc/borrowed.hpp"
+
+#include <fmt/format.h>
+
+#include <limits>
+
+#include "core/device_state.hpp"
+
+namespace cudarc::detail {
+
+Buffer borrow_memory(const Device& device, DevicePtr ptr, std::size_t count, std::size_t element_size,
+                     const Stream* owner, ReleaseHook hook) {
+    const std::shared_ptr<DeviceState>& state = device.state();
+    if (owner != nullptr && &owner->state().device() != state.get()) {
+        throw Error(
+            fmt::format("cudarc::BorrowedSlice: the owner's stream is on device {}, the memory on device {}",
+                        owner->device_ordinal(), device.ordinal()));
+    }
+    if (element_size != 0 && count > std::numeric_limits<std::size_t>::max() / element_size) {
+        throw Error(fmt::format("cudarc::BorrowedSlice: {} elements of {} bytes overflow the address space",
+                                count, element_size));
+    }
+    const std::size_t bytes = count * element_size;
+    if (bytes == 0) return Buffer(state, ptr, 0, owner, hook);
+    if (ptr == 0) throw Error("cudarc::BorrowedSlice: a null device pointer");
+
+    const sys::DriverApi& api = state->api();
+    state->bind();
+    if (api.pointer_get_attributes != nullptr) {
+        // Note: cuPointerGetAttributes reports memory no context knows as success with zeroed values.
+        unsigned memory_type = 0;
+        sys::Context context = nullptr;
+        int ordinal = -1;
+        int managed = 0;
+        int attributes[] = {sys::kPointerAttributeMemoryType, sys::kPointerAttributeContext,
+                            sys::kPointerAttributeDeviceOrdinal, sys::kPointerAttributeIsManaged};
+        void* data[] = {&memory_type, &context, &ordinal, &managed};
+        state->check(api.pointer_get_attributes(4, attributes, data, ptr), "cuPointerGetAttributes");
+        if (managed == 0 && memory_type != sys::kMemoryTypeDevice) {
+            throw Error(fmt::format(
+                "cudarc::BorrowedSlice: {:#x} is not device memory ({}); borrow memory from cuMemAlloc, "
+                "cudaMalloc, a framework's device tensor or cuMemAllocManaged",
+                ptr,
+                memory_type == sys::kMemoryTypeHost ? "it is page-locked host memory"
+                                                    : "no CUDA context knows it"));
+        }
+        if (managed == 0 && ordinal != device.ordinal()) {
+            throw Error(fmt::format("cudarc::BorrowedSlice: {:#x} is memory of device {}, not of device {}",
+                                    ptr, ordinal, device.ordinal()));
+        }
+        if (managed == 0 && context != nullptr && context != state->context()) {
+            throw Error(fmt::format(
+                "cudarc::BorrowedSlice: {:#x} belongs to another context than device {}'s primary context",
+                ptr, device.ordinal()));
+        }
+    }
+    if (api.mem_get_address_range != nullptr) {
+        DevicePtr base = 0;
+        std::size_t size = 0;
+        const sys::Result r = api.mem_get_address_range(&base, &size, ptr);
+        if (r != sys::kSuccess) {
+            throw Error(fmt::format(
+                "cudarc::BorrowedSlice: {:#x} is inside no allocation of device {} ({})", ptr,
+                device.ordinal(), sys::make_error(api, "cuMemGetAddressRange", r, device.ordinal()).what()));
+        }
+        const std::size_t left = static_cast<std::size_t>(base + size - ptr);
+        if (bytes > left) {
+            throw Error(fmt::format(
+                "cudarc::BorrowedSlice: {} elements ({} bytes) at {:#x} run past the end of their allocation "
+                "({} bytes from there to its end)",
+                count, bytes, ptr, left));
+        }
+    }
+    return Buffer(state, ptr, bytes, owner, hook);
+}
+
+}  // namespace cudarc::detail
