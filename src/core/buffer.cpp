@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/device_state.hpp"
+#include "core/peer_access.hpp"
 #include "cudarc/stream.hpp"
 
 namespace cudarc::detail {
@@ -14,6 +15,10 @@ namespace {
 // Makes `stream` wait for `use` (recording the use's event on first need).
 void order_after(StreamState& stream, StreamUse& use) {
     if (!use.stream || use.stream.get() == &stream) return;
+    if (&use.stream->device() != &stream.device()) {
+        order_after_other_device(stream, use);  // Note [Hazard tracking across devices]
+        return;
+    }
     DeviceState& device = stream.device();
     if (use.event == nullptr) use.event = use.stream->mark();
     device.wait_event(stream.handle(), use.event);
@@ -129,6 +134,7 @@ void Buffer::release() noexcept {
                 uses = hazards_.take_uses();
             } catch (...) {
             }
+            order_home_after_other_devices(*device_, *home_, uses);  // Note [Hazard tracking across devices]
         }
         device_->memory().deallocate(MemoryBlock{ptr_, allocation_}, bytes_, *home_, std::move(uses));
     } else {
@@ -147,10 +153,9 @@ int Buffer::device_ordinal() const noexcept {
 
 void Buffer::check_same_device(const Stream& stream) const {
     if (!device_) throw Error("cudarc: use of an empty (default-constructed or moved-from) DeviceSlice");
-    if (&stream.state().device() != device_.get()) {
-        throw Error(fmt::format("cudarc: a buffer on device {} was used with a stream of device {}",
-                                device_->ordinal(), stream.device_ordinal()));
-    }
+    // Note: another device's stream may use this memory once it has peer access to it.
+    if (!stream.state().device().can_use_memory_of(*device_))
+        throw_other_device_buffer("cudarc", device_->ordinal(), stream.device_ordinal());
 }
 
 void prepare_access(const Stream& stream, Buffer& buffer, Access access) {
@@ -195,6 +200,10 @@ void copy_device_to_host(Stream& stream, void* dst, Buffer& src, DevicePtr src_p
 void copy_device_to_device(Stream& stream, Buffer& dst, DevicePtr dst_ptr, Buffer& src, DevicePtr src_ptr,
                            std::size_t bytes) {
     if (bytes == 0) return;
+    if (src.device() != dst.device()) {
+        copy_across_devices(stream, dst, dst_ptr, src, src_ptr, bytes);
+        return;
+    }
     prepare_access(stream, src, Access::read);
     prepare_access(stream, dst, Access::write);
     DeviceState& device = stream.state().device();
