@@ -175,6 +175,7 @@ using element_of = typename decltype(view_of(std::declval<std::remove_reference_
 //
 // Collectives must be called on every rank of the communicator, in the same order. One thread driving
 // several ranks (init_all) must call them inside a Group; one thread per rank may call them directly.
+// Inside a group, an operation is ordered when the group ends (Note [Hazard tracking inside a group]).
 // A communicator is used by one thread at a time, like a stream.
 //
 // Errors: a failing call throws cudarc::Error with NCCL's result, ncclGetErrorString and ncclGetLastError.
@@ -307,9 +308,11 @@ class Communicator {
     // Checks common to every operation (before anything changes); binds the device.
     void prepare(Stream& stream, const char* what);
     void check_buffer(const detail::CollectiveBuffer& buffer, const char* what, const char* role) const;
-    // Orders the operation after earlier conflicting work (hazard tracking).
+    // Orders the operation after earlier conflicting work (hazard tracking), at once or, inside a group, when
+    // the group ends (Note [Hazard tracking inside a group]).
     static void track(Stream& stream, const detail::CollectiveBuffer& send,
                       const detail::CollectiveBuffer& recv);
+    static void track_one(Stream& stream, cudarc::detail::Buffer& buffer, cudarc::detail::Access access);
     // Throws the NCCL error (marking the communicator failed unless it blamed the arguments).
     void check_result(int result, const char* call);
     void release() noexcept;
@@ -323,8 +326,12 @@ class Communicator {
 
 // A NCCL group (ncclGroupStart on construction, ncclGroupEnd on end() or destruction): the operations issued
 // inside run as one, which one thread needs to drive several ranks and point-to-point exchanges need to
-// progress. Groups nest. The operations are enqueued on their streams only when the outermost group ends:
-// until then, use the buffers they touch in no other work (a wait on them would come too early).
+// progress. Groups nest; NCCL enqueues the operations on their streams when the outermost group ends.
+//
+// Note [Hazard tracking inside a group]: since the operations reach their streams only at the end, that is
+// where they are ordered: when the outermost group ends, each operation first waits for the conflicting work
+// enqueued on other streams until then (inside the group too), and work enqueued afterwards waits for it. So
+// the streams and buffers given to operations inside a group must stay alive, and in place, until it ends.
 class Group {
   public:
     Group();
@@ -336,11 +343,20 @@ class Group {
     // Ends the group now (ncclGroupEnd); throws cudarc::Error for a failure NCCL reports at the end.
     void end();
 
-    // Internal: notes a communicator's device used inside the innermost group of this thread.
-    static void note_device(const std::shared_ptr<cudarc::detail::DeviceState>& device);
-
   private:
+    friend class Communicator;
+    // A buffer access of an operation issued inside the group, applied to hazard tracking at the end.
+    struct PendingAccess {
+        Stream* stream = nullptr;
+        cudarc::detail::Buffer* buffer = nullptr;
+        cudarc::detail::Access access = cudarc::detail::Access::read;
+    };
+    // The innermost group of the calling thread, or null.
+    static Group* innermost() noexcept;
+    void note(const std::shared_ptr<cudarc::detail::DeviceState>& device);
+
     std::vector<std::shared_ptr<cudarc::detail::DeviceState>> devices_;
+    std::vector<PendingAccess> pending_;
     Group* outer_ = nullptr;
     bool ended_ = false;
 };

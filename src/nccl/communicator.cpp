@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 
 #include "core/device_state.hpp"
 #include "cudarc/nccl.hpp"
@@ -283,7 +284,7 @@ void Communicator::prepare(Stream& stream, const char* what) {
                                 stream.device_ordinal(), device_->ordinal()));
     }
     check_async_error();
-    if (innermost_group != nullptr) Group::note_device(device_);
+    if (Group* group = Group::innermost()) group->note(device_);
     device_->bind();  // Note [NCCL and the current context]
 }
 
@@ -305,8 +306,16 @@ void Communicator::check_buffer(const detail::CollectiveBuffer& buffer, const ch
 void Communicator::track(Stream& stream, const detail::CollectiveBuffer& send,
                          const detail::CollectiveBuffer& recv) {
     // Note: an operation in place (or an all_gather whose send is a part of recv) writes the one buffer.
-    if (send.buffer != recv.buffer) cudarc::detail::prepare_access(stream, *send.buffer, Access::read);
-    cudarc::detail::prepare_access(stream, *recv.buffer, Access::write);
+    if (send.buffer != recv.buffer) track_one(stream, *send.buffer, Access::read);
+    track_one(stream, *recv.buffer, Access::write);
+}
+
+void Communicator::track_one(Stream& stream, cudarc::detail::Buffer& buffer, Access access) {
+    if (Group* group = Group::innermost()) {
+        group->pending_.push_back({&stream, &buffer, access});  // Note [Hazard tracking inside a group]
+        return;
+    }
+    cudarc::detail::prepare_access(stream, buffer, access);
 }
 
 // ---- Communicator: operations ----
@@ -393,7 +402,7 @@ void Communicator::run_send(Stream& stream, const detail::CollectiveBuffer& data
     prepare(stream, what);
     check_buffer(data, what, "send buffer");
     detail::check_peer(what, peer, world_size_);
-    cudarc::detail::prepare_access(stream, *data.buffer, Access::read);
+    track_one(stream, *data.buffer, Access::read);
     const sys::NcclResult result = api().send(address(data), data.count, detail::nccl_data_type(data.type),
                                               peer, comm_, stream.native());
     DeviceState::forget_thread_binding();
@@ -405,7 +414,7 @@ void Communicator::run_recv(Stream& stream, const detail::CollectiveBuffer& data
     prepare(stream, what);
     check_buffer(data, what, "receive buffer");
     detail::check_peer(what, peer, world_size_);
-    cudarc::detail::prepare_access(stream, *data.buffer, Access::write);
+    track_one(stream, *data.buffer, Access::write);
     const sys::NcclResult result = api().recv(address(data), data.count, detail::nccl_data_type(data.type),
                                               peer, comm_, stream.native());
     DeviceState::forget_thread_binding();
@@ -413,6 +422,10 @@ void Communicator::run_recv(Stream& stream, const detail::CollectiveBuffer& data
 }
 
 // ---- Group ----
+
+Group* Group::innermost() noexcept {
+    return innermost_group;
+}
 
 Group::Group() : outer_(innermost_group) {
     const sys::NcclApi& nccl = api();
@@ -431,29 +444,39 @@ Group::~Group() {
     }
 }
 
+void Group::note(const std::shared_ptr<DeviceState>& device) {
+    if (std::find(devices_.begin(), devices_.end(), device) == devices_.end()) devices_.push_back(device);
+}
+
 void Group::end() {
     if (ended_) throw Error("cudarc::nccl::Group::end: the group has ended already");
     ended_ = true;
     innermost_group = outer_;
-    // Note: the devices used inside a nested group are used inside the outer one too (NCCL ends them at
-    // once).
     if (outer_ != nullptr) {
-        for (const auto& device : devices_) note_device(device);
+        // Note: NCCL ends a nested group with the outermost one: so do its devices and its tracking.
+        for (const auto& device : devices_) outer_->note(device);
+        outer_->pending_.insert(outer_->pending_.end(), pending_.begin(), pending_.end());
+        pending_.clear();
     }
+    // Note [Hazard tracking inside a group]: the waits go on the streams before NCCL enqueues the operations.
+    std::exception_ptr tracking_failure;
+    for (const PendingAccess& access : pending_) {
+        try {
+            cudarc::detail::prepare_access(*access.stream, *access.buffer, access.access);
+        } catch (...) {
+            if (!tracking_failure) tracking_failure = std::current_exception();
+        }
+    }
+    pending_.clear();
+    // Note: the group must end whatever happened above: ncclGroupStart and ncclGroupEnd pair up per thread.
     const sys::NcclApi& nccl = api();
     const sys::NcclResult result = nccl.group_end();
     DeviceState::forget_thread_binding();  // Note [NCCL and the current context]: it launched on each device
+    if (tracking_failure) std::rethrow_exception(tracking_failure);
     if (result != sys::kNcclSuccess && result != sys::kNcclInProgress) {
         const int device = devices_.size() == 1 ? devices_.front()->ordinal() : -1;
         throw nccl_error(nccl, "ncclGroupEnd", result, nullptr, device);
     }
-}
-
-void Group::note_device(const std::shared_ptr<DeviceState>& device) {
-    Group* group = innermost_group;
-    if (group == nullptr) return;
-    if (std::find(group->devices_.begin(), group->devices_.end(), device) == group->devices_.end())
-        group->devices_.push_back(device);
 }
 
 }  // namespace cudarc::nccl

@@ -234,3 +234,33 @@ TEST_CASE("multi.one_rank_init_rank_and_group") {
     CHECK(bitwise_equal(a.to_vector(stream), a_host));
     device.rethrow_deferred_error();
 }
+
+TEST_CASE("multi.one_rank_group_orders_its_operations_when_it_ends") {
+    // NCCL enqueues a group's operations when it ends: a writer held back inside the group's scope, on
+    // another stream, comes before the collective, which must wait for it (Note [Hazard tracking inside a
+    // group]).
+    if (!have_nccl()) return;
+    auto device = Device::open(0);
+    auto comms = one_rank(device);
+    auto& comm = comms[0];
+    const auto copy = bench_module(device).kernel<BenchCopy::signature>("bench_copy");
+    auto writer = device.create_stream();
+    auto reader = device.create_stream();
+    auto third = device.create_stream();
+    const auto host = random_floats(kN);
+    const auto source = DeviceSlice<float>::from_host(writer, host);
+    auto x = DeviceSlice<float>::from_host(writer, poisoned(kN));
+    auto y = DeviceSlice<float>::from_host(reader, poisoned(kN));
+    writer.synchronize();
+    reader.synchronize();
+    {
+        nccl::Group group;
+        comm.all_reduce(reader, x, y);  // reads x when the group ends
+        const auto inside = device.counters();
+        hold_back(writer, kHoldMs);
+        launch(writer, LaunchConfig::for_elements(kN, device), copy, x, source, kN);  // x = source, held back
+        CHECK((device.counters() - inside).cross_stream_waits ==
+              0);  // the collective's wait is still pending
+    }
+    CHECK(bitwise_equal(y.to_vector(third), host));
+}

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -209,6 +210,13 @@ TEST_CASE("multi.nccl_without_nccl_gives_a_clear_error") {
     const std::string thrown = error_of([] { (void)nccl::UniqueId::create(); });
     CHECK(contains(thrown, "NCCL (libnccl.so.2) could not be loaded"));
     CHECK(contains(error_of([] { (void)nccl::version(); }), "could not be loaded"));
+    CHECK(contains(error_of([] { nccl::Group group; }), "could not be loaded"));
+}
+
+TEST_CASE("multi.nccl_init_checks_its_arguments_before_anything_else") {
+    // No device, and a bad rank, are rejected before NCCL is even looked for (so also in CI).
+    CHECK(contains(error_of([] { (void)nccl::Communicator::init_all(std::span<const Device>{}); }),
+                   "cudarc::nccl::Communicator::init_all: no device given"));
 }
 
 TEST_CASE("multi.nvlink_multicast_is_off_unless_asked_for") {
