@@ -117,6 +117,11 @@ template <typename A>
 struct is_device_view : std::false_type {};
 template <typename T>
 struct is_device_view<DeviceView<T>> : std::true_type {};
+// An owning slice: a temporary one would be freed at the end of the call.
+template <typename A>
+struct is_device_slice : std::false_type {};
+template <typename T>
+struct is_device_slice<DeviceSlice<T>> : std::true_type {};
 
 // What a collective accepts as a buffer: a DeviceView, or anything with view() that gives one (DeviceSlice,
 // BorrowedSlice).
@@ -147,7 +152,7 @@ CollectiveBuffer collective_buffer(A&& a) {
     static_assert(Viewable<A>,
                   "cudarc::nccl: a buffer must be a DeviceView, a DeviceSlice or a BorrowedSlice");
     static_assert(
-        is_device_view<std::remove_cvref_t<A>>::value || std::is_lvalue_reference_v<A>,
+        !is_device_slice<std::remove_cvref_t<A>>::value || std::is_lvalue_reference_v<A>,
         "cudarc::nccl: a temporary slice would be freed before the collective runs; pass a named one");
     const auto view = view_of(a);
     using T = typename decltype(view)::value_type;
@@ -171,7 +176,7 @@ using element_of = typename decltype(view_of(std::declval<std::remove_reference_
 // One rank of a NCCL communicator: one GPU's seat in a collective. Move-only. Every operation is enqueued on
 // the given stream (a stream of the communicator's device), after the conflicting earlier work on the
 // buffers on other streams, as for a launch: send buffers are read, receive buffers written (hazard
-// tracking; Note [Hazard tracking across devices] in docs/multi-gpu.md). No operation blocks the host.
+// tracking, across devices too: docs/multi-gpu.md). No operation blocks the host.
 //
 // Collectives must be called on every rank of the communicator, in the same order. One thread driving
 // several ranks (init_all) must call them inside a Group; one thread per rank may call them directly.
