@@ -13,6 +13,7 @@
 #include "cudarc/launch.hpp"
 #include "cudarc/launch_config.hpp"
 #include "cudarc/module.hpp"
+#include "cudarc/nccl.hpp"
 #include "cudarc/optim/optimizer.hpp"
 #include "cudarc/pinned.hpp"
 #include "cudarc/slice.hpp"

@@ -99,6 +99,17 @@ class Device {
     // Blocks until all work on the device completes (counted as a host synchronization).
     void synchronize() const;
 
+    // Peer access (docs/multi-gpu.md). Whether this device can address `other`'s memory directly, over
+    // NVLink or PCIe peer to peer. False for the device itself: a device is not its own peer.
+    [[nodiscard]] bool can_access_peer(const Device& other) const;
+    // Lets this device use `other`'s memory directly: afterwards a launch, copy or collective on a stream of
+    // this device may take buffers of `other`, and hazard tracking orders those uses across the two devices.
+    // One direction only: `other` gains no access to this device's memory. Idempotent. Throws when `other`
+    // is this device or can_access_peer(other) is false. cudarc::copy between devices needs no peer access.
+    void enable_peer_access(const Device& other) const;
+    // Whether this device has peer access to `other` (enable_peer_access succeeded for it). Never throws.
+    [[nodiscard]] bool peer_access_enabled(const Device& other) const noexcept;
+
     [[nodiscard]] Counters counters() const noexcept;
 
     // Which memory source DeviceSlice allocations come from.

@@ -24,8 +24,9 @@ namespace cudarc {
 //  - a value converts to the parameter's exact type.
 // Every slice/view argument feeds hazard tracking: the launch waits for earlier conflicting work on other
 // streams (read after write, write after read or write); on a single stream nothing is recorded or waited
-// for. Throws cudarc::Error for a stream, kernel or buffer of different devices (leaving everything as it
-// was) and for a failing launch.
+// for. Throws cudarc::Error for a stream and kernel of different devices, for a buffer of another device
+// unless the stream's device has peer access to it (Device::enable_peer_access; then the use is tracked
+// across the two devices), leaving everything as it was, and for a failing launch.
 template <typename... Params, typename... Args>
 void launch(Stream& stream, const LaunchConfig& config, const Kernel<void(Params...)>& kernel,
             Args&&... args) {

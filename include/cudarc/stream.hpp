@@ -43,7 +43,8 @@ class Stream {
 
     // A child stream that first waits for this stream's work so far, and joins back on destruction.
     [[nodiscard]] Stream fork(const StreamOptions& options = {});
-    // Makes this stream wait for the work submitted to `other` so far. Never blocks the host.
+    // Makes this stream wait for the work submitted to `other` so far, `other` on this device or another.
+    // Never blocks the host.
     void join(const Stream& other);
     // Makes this stream wait for `event`'s last record.
     void wait(const Event& event);

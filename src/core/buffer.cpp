@@ -8,6 +8,7 @@
 
 #include "core/device_state.hpp"
 #include "core/hazard_tracker.hpp"
+#include "core/peer_access.hpp"
 #include "cudarc/stream.hpp"
 
 namespace cudarc::detail {
@@ -289,6 +290,7 @@ void Buffer::release() noexcept {
                 device_->synchronize_noexcept();
                 hazards_.clear();
             }
+            order_uses_on_own_device(*device_, home_, uses);  // Note [Hazard tracking across devices]
         }
         source_->deallocate(MemoryBlock{ptr_, allocation_}, bytes_, *home_, std::move(uses));
     } else {
@@ -316,6 +318,9 @@ void Buffer::release_borrowed() noexcept {
         hazards_.clear();
         complete = true;
     }
+    // The owner's stream and the release hook's events are this device's: a use on another device first
+    // becomes a wait of a stream here (Note [Hazard tracking across devices]).
+    if (!complete && (home_ != nullptr || on_release_)) order_uses_on_own_device(*device_, home_, uses);
     // Note: the initial "written by the owner" entry is not a use by cudarc; it only orders cudarc's first
     // use. The owner waiting for itself is skipped below; the release hook still waits for it (harmless).
     if (!complete && home_ != nullptr) {
@@ -365,10 +370,10 @@ int Buffer::device_ordinal() const noexcept {
 
 void Buffer::check_same_device(const Stream& stream) const {
     if (!device_) throw Error("cudarc: use of an empty (default-constructed or moved-from) slice");
-    if (&stream.state().device() != device_.get()) {
-        throw Error(fmt::format("cudarc: a buffer on device {} was used with a stream of device {}",
-                                device_->ordinal(), stream.device_ordinal()));
-    }
+    // Note: another device's stream may use this memory once it has peer access to it (Note [Hazard
+    // tracking across devices]).
+    if (!stream.state().device().can_use_memory_of(*device_))
+        throw_other_device_buffer("cudarc", device_->ordinal(), stream.device_ordinal());
 }
 
 void prepare_access(const Stream& stream, Buffer& buffer, DevicePtr ptr, std::size_t bytes, Access access) {
@@ -427,6 +432,10 @@ void copy_device_to_host(Stream& stream, void* dst, Buffer& src, DevicePtr src_p
 void copy_device_to_device(Stream& stream, Buffer& dst, DevicePtr dst_ptr, Buffer& src, DevicePtr src_ptr,
                            std::size_t bytes) {
     if (bytes == 0) return;
+    if (src.device() != dst.device()) {
+        copy_across_devices(stream, dst, dst_ptr, src, src_ptr, bytes);
+        return;
+    }
     prepare_access(stream, src, src_ptr, bytes, Access::read);
     prepare_access(stream, dst, dst_ptr, bytes, Access::write);
     DeviceState& device = stream.state().device();
@@ -455,7 +464,11 @@ void memset_bytes(Stream& stream, Buffer& dst, DevicePtr dst_ptr, unsigned char 
 
 void prefetch_to_device(Stream& stream, Buffer& buffer, DevicePtr ptr, std::size_t bytes) {
     if (bytes == 0 || !buffer.managed()) return;
-    buffer.check_same_device(stream);
+    // Note: stricter than check_same_device: the pages move to the memory's device, on the stream's.
+    if (&stream.state().device() != buffer.device().get()) {
+        throw Error(fmt::format("cudarc::prefetch: managed memory of device {} with a stream of device {}",
+                                buffer.device_ordinal(), stream.device_ordinal()));
+    }
     // Note: a prefetch is not a graph node; a replay finds the pages where earlier work left them.
     if (stream.is_capturing()) return;
     // Ordered like a read of exactly these bytes: after the last overlapping write on another stream

@@ -1,6 +1,7 @@
 // The shared state behind every handle to one device.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -152,6 +153,18 @@ class DeviceState : public std::enable_shared_from_this<DeviceState> {
     // The shared state of device `ordinal`, opened on first use.
     [[nodiscard]] static std::shared_ptr<DeviceState> open(int ordinal, const DeviceOptions& options);
 
+    // Peer access (core/peer_access.cpp). True when this device's streams may use `owner`'s memory: it is
+    // this device, or enable_peer_access(owner) succeeded for the context `owner` holds now.
+    [[nodiscard]] bool can_use_memory_of(const DeviceState& owner) const noexcept {
+        return &owner == this ||
+               (owner.ordinal_ >= 0 && owner.ordinal_ < kMaxPeerOrdinals &&
+                peers_[owner.ordinal_].load(std::memory_order_acquire) == owner.generation_);
+    }
+    void enable_peer_access(const DeviceState& peer);
+    // Forgets which context the calling thread has current. For code that calls a library which switches
+    // devices behind cudarc's back (NCCL does, through the CUDA runtime): the next bind() sets it again.
+    static void forget_thread_binding() noexcept { current_ = {}; }
+
   private:
     void bind_slow() const;
 
@@ -181,6 +194,11 @@ class DeviceState : public std::enable_shared_from_this<DeviceState> {
     std::unique_ptr<Stream> default_stream_;
     std::mutex deferred_mutex_;
     std::optional<Error> deferred_;
+    // Per peer ordinal: the generation of the peer's state whose context this one has peer access to (0:
+    // none). Note: a generation, not a flag: when a peer's state is released and opened again its primary
+    // context may be new, and access to the old one says nothing about it.
+    static constexpr int kMaxPeerOrdinals = 64;
+    std::array<std::atomic<std::uint64_t>, kMaxPeerOrdinals> peers_{};
 };
 
 // A stream's state, shared by its Stream object and every buffer that used it.

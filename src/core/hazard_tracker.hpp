@@ -28,7 +28,8 @@ class StreamState;
 // hazard tracking, frees and releases of borrowed memory all come through it. The event is recorded lazily
 // on the user's stream (it then covers that stream's work so far, which includes the use; possibly more,
 // which only adds ordering) and kept in `event` for the next waiter. `user` and `waiter` may belong to
-// different devices: the event is recorded on the user's device and waited for on the waiter's.
+// different devices: the event is recorded on the user's device and waited for on the waiter's (Note [Hazard
+// tracking across devices] in core/peer_access.hpp).
 void wait_for_use(StreamState& waiter, StreamState& user, sys::Event& event);
 
 class HazardTracker {

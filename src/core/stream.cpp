@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/device_state.hpp"
+#include "core/peer_access.hpp"
 #include "cudarc/device.hpp"
 #include "cudarc/event.hpp"
 
@@ -261,9 +262,8 @@ Stream Stream::fork(const StreamOptions& options) {
 
 void Stream::join(const Stream& other) {
     if (&other.state().device() != &state_->device()) {
-        throw Error(
-            fmt::format("cudarc: Stream::join: the other stream is on device {}, this one on device {}",
-                        other.device_ordinal(), device_ordinal()));
+        detail::join_across_devices(*state_, other.state());  // an event of one device, waited on by another
+        return;
     }
     other.state().order_before(state_->handle());
 }

@@ -49,8 +49,10 @@ bool has_zero_extent(const LaunchConfig& c) noexcept {
                             function.name(), function.device_ordinal(), device.ordinal()));
 }
 
-[[noreturn]] void throw_buffer_problem(const TrackedAccess& access, const Function& function,
-                                       const DeviceState& device) {
+// A buffer that is not on the stream's device: empty (an error), or another device's memory, which the
+// kernel may use once the stream's device has peer access to it (Note [Hazard tracking across devices]).
+void check_other_device_buffer(const TrackedAccess& access, const Function& function,
+                               const DeviceState& device) {
     const auto& owner = access.buffer->device();
     if (!owner) {
         throw Error(
@@ -58,10 +60,13 @@ bool has_zero_extent(const LaunchConfig& c) noexcept {
                         "moved-from) DeviceSlice",
                         access.argument, function.name()));
     }
+    if (device.can_use_memory_of(*owner)) return;
     throw Error(
         fmt::format("cudarc::launch: argument {} of kernel '{}' is a buffer on device {}, the stream is on "
-                    "device {}",
-                    access.argument, function.name(), owner->ordinal(), device.ordinal()));
+                    "device {}; a kernel may use another device's memory only after peer access is enabled "
+                    "(device{}.enable_peer_access(device{}))",
+                    access.argument, function.name(), owner->ordinal(), device.ordinal(), device.ordinal(),
+                    owner->ordinal()));
 }
 
 sys::Result launch_with_attributes(const sys::DriverApi& api, const LaunchConfig& config,
@@ -150,7 +155,7 @@ void launch_packed(const Stream& stream, const LaunchConfig& config, const Funct
         throw_function_problem(function, device);
     for (std::size_t i = 0; i < access_count; ++i) {
         if (accesses[i].buffer->device().get() != &device) [[unlikely]] {
-            throw_buffer_problem(accesses[i], function, device);
+            check_other_device_buffer(accesses[i], function, device);
         }
     }
     if (has_zero_extent(config) || config.has_attributes()) [[unlikely]]

@@ -22,8 +22,10 @@ inline constexpr Result kErrorNotInitialized = 3;
 inline constexpr Result kErrorDeinitialized = 4;
 inline constexpr Result kErrorStubLibrary = 34;
 inline constexpr Result kErrorNoDevice = 100;
+inline constexpr Result kErrorPeerAccessUnsupported = 217;
 inline constexpr Result kErrorNotFound = 500;
 inline constexpr Result kErrorNotReady = 600;
+inline constexpr Result kErrorPeerAccessAlreadyEnabled = 704;
 inline constexpr Result kErrorNotSupported = 801;
 inline constexpr Result kErrorStreamCaptureUnsupported = 900;
 
@@ -146,6 +148,8 @@ struct DriverApi {
     Result (*device_get_pci_bus_id)(char* id, int len, Device device) = nullptr;
     Result (*device_primary_ctx_retain)(Context* ctx, Device device) = nullptr;
     Result (*device_primary_ctx_release)(Device device) = nullptr;
+    // Whether `device` can address `peer`'s memory directly (NVLink or PCIe peer to peer).
+    Result (*device_can_access_peer)(int* can_access, Device device, Device peer) = nullptr;
 
     // Contexts
     Result (*ctx_get_current)(Context* ctx) = nullptr;
@@ -153,6 +157,8 @@ struct DriverApi {
     Result (*ctx_synchronize)() = nullptr;
     Result (*ctx_get_stream_priority_range)(int* least, int* greatest) = nullptr;
     Result (*mem_get_info)(std::size_t* free, std::size_t* total) = nullptr;
+    // Lets the current context address `peer`'s memory (one direction only); flags must be 0.
+    Result (*ctx_enable_peer_access)(Context peer, unsigned flags) = nullptr;
 
     // Streams
     Result (*stream_create_with_priority)(Stream* stream, unsigned flags, int priority) = nullptr;
@@ -190,6 +196,9 @@ struct DriverApi {
     Result (*memcpy_htod_async)(DevicePtr dst, const void* src, std::size_t bytes, Stream stream) = nullptr;
     Result (*memcpy_dtoh_async)(void* dst, DevicePtr src, std::size_t bytes, Stream stream) = nullptr;
     Result (*memcpy_dtod_async)(DevicePtr dst, DevicePtr src, std::size_t bytes, Stream stream) = nullptr;
+    // Between the memory of two contexts; without peer access the driver stages it through host memory.
+    Result (*memcpy_peer_async)(DevicePtr dst, Context dst_ctx, DevicePtr src, Context src_ctx,
+                                std::size_t bytes, Stream stream) = nullptr;
     Result (*memset_d8_async)(DevicePtr dst, unsigned char value, std::size_t count, Stream stream) = nullptr;
     Result (*memset_d32_async)(DevicePtr dst, unsigned value, std::size_t count, Stream stream) = nullptr;
     // cuPointerGetAttributes: with kPointerAttributeMemoryType it tells page-locked host memory

@@ -37,6 +37,10 @@ inline float poison_float() {
     return std::bit_cast<float>(kPoison);
 }
 
+// Marks the running test case as skipped for `why` (it must return right after): for tests that need what
+// the machine lacks, such as a second GPU or NCCL. A run whose every case skipped exits 77 (ctest: skipped).
+void skip_test(const std::string& why);
+
 // Holds a stream back: one thread spins for `cycles` clock cycles.
 class SpinKernel {
   public:

@@ -93,11 +93,13 @@ bool load_cuda_driver(DriverApi& api, std::string& why) {
     resolve(api.device_get_pci_bus_id, "cuDeviceGetPCIBusId");
     resolve(api.device_primary_ctx_retain, "cuDevicePrimaryCtxRetain");
     resolve(api.device_primary_ctx_release, "cuDevicePrimaryCtxRelease");
+    resolve(api.device_can_access_peer, "cuDeviceCanAccessPeer");
     resolve(api.ctx_get_current, "cuCtxGetCurrent");
     resolve(api.ctx_set_current, "cuCtxSetCurrent");
     resolve(api.ctx_synchronize, "cuCtxSynchronize");
     resolve(api.ctx_get_stream_priority_range, "cuCtxGetStreamPriorityRange");
     resolve(api.mem_get_info, "cuMemGetInfo");
+    resolve(api.ctx_enable_peer_access, "cuCtxEnablePeerAccess");
     resolve(api.stream_create_with_priority, "cuStreamCreateWithPriority");
     resolve(api.stream_destroy, "cuStreamDestroy");
     resolve(api.stream_synchronize, "cuStreamSynchronize");
@@ -129,6 +131,7 @@ bool load_cuda_driver(DriverApi& api, std::string& why) {
     resolve(api.memcpy_htod_async, "cuMemcpyHtoDAsync");
     resolve(api.memcpy_dtoh_async, "cuMemcpyDtoHAsync");
     resolve(api.memcpy_dtod_async, "cuMemcpyDtoDAsync");
+    resolve(api.memcpy_peer_async, "cuMemcpyPeerAsync");
     resolve(api.memset_d8_async, "cuMemsetD8Async");
     resolve(api.memset_d32_async, "cuMemsetD32Async");
     resolve(api.pointer_get_attributes, "cuPointerGetAttributes", false);

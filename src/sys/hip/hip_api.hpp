@@ -22,6 +22,7 @@ using HipGraphExec = void*;
 
 inline constexpr HipError kHipSuccess = 0;
 inline constexpr HipError kHipErrorInvalidValue = 1;
+inline constexpr HipError kHipErrorOutOfMemory = 2;
 inline constexpr HipError kHipErrorNotSupported = 801;
 
 // hipLaunchKernel's `extra` markers: HIP ends the list with 0x3 where CUDA ends it with 0x0.
@@ -48,6 +49,9 @@ struct HipEntryPoints {
     HipError (*device_get_pci_bus_id)(char* id, int len, int device) = nullptr;
     HipError (*device_primary_ctx_retain)(HipContext* ctx, int device) = nullptr;
     HipError (*device_primary_ctx_release)(int device) = nullptr;
+    HipError (*device_can_access_peer)(int* can_access, int device, int peer) = nullptr;
+    // For the current device (the one whose context is current).
+    HipError (*device_enable_peer_access)(int peer, unsigned flags) = nullptr;
     // hipGetDeviceProperties (R0600 on ROCm >= 6); the struct's layout is read by content only.
     HipError (*get_device_properties)(void* properties, int device) = nullptr;
     HipError (*get_device)(int* device) = nullptr;
@@ -91,6 +95,8 @@ struct HipEntryPoints {
     HipError (*memcpy_htod_async)(void* dst, const void* src, std::size_t bytes, HipStream stream) = nullptr;
     HipError (*memcpy_dtoh_async)(void* dst, void* src, std::size_t bytes, HipStream stream) = nullptr;
     HipError (*memcpy_dtod_async)(void* dst, void* src, std::size_t bytes, HipStream stream) = nullptr;
+    HipError (*memcpy_peer_async)(void* dst, int dst_device, const void* src, int src_device,
+                                  std::size_t bytes, HipStream stream) = nullptr;
     HipError (*memset_d8_async)(void* dst, unsigned char value, std::size_t count,
                                 HipStream stream) = nullptr;
     HipError (*memset_d32_async)(void* dst, int value, std::size_t count, HipStream stream) = nullptr;

@@ -12,8 +12,12 @@
 #include <cctype>
 #include <cstdint>
 #include <filesystem>
+#include <mutex>
+#include <optional>
 #include <string_view>
 #include <system_error>
+#include <utility>
+#include <vector>
 
 #include "sys/backends.hpp"
 #include "sys/dynamic_library.hpp"
@@ -116,11 +120,58 @@ Result device_get_attribute(int* value, int attribute, Device device) {
     return result;
 }
 
+// Note: HIP's peer functions take device ordinals where the table (CUDA's) takes contexts. Every context
+// the library holds is a primary context retained through the adapter below, which remembers whose it is.
+class PrimaryContexts {
+  public:
+    void remember(Context ctx, Device device) {
+        std::lock_guard lock(mutex_);
+        for (auto& entry : entries_) {
+            if (entry.first == ctx) {
+                entry.second = device;
+                return;
+            }
+        }
+        entries_.emplace_back(ctx, device);
+    }
+    [[nodiscard]] std::optional<Device> device_of(Context ctx) {
+        std::lock_guard lock(mutex_);
+        for (const auto& entry : entries_) {
+            if (entry.first == ctx) return entry.second;
+        }
+        return std::nullopt;
+    }
+
+  private:
+    std::mutex mutex_;
+    std::vector<std::pair<Context, Device>> entries_;
+};
+
+PrimaryContexts& primary_contexts() {
+    static PrimaryContexts contexts;
+    return contexts;
+}
+
 Result device_primary_ctx_retain(Context* ctx, Device device) {
     void* native_ctx = nullptr;
     const Result result = hip_entry().device_primary_ctx_retain(&native_ctx, device);
-    if (result == kSuccess) *ctx = static_cast<Context>(native_ctx);
+    if (result == kSuccess) {
+        *ctx = static_cast<Context>(native_ctx);
+        try {
+            primary_contexts().remember(*ctx, device);
+        } catch (...) {
+            return hip::kHipErrorOutOfMemory;
+        }
+    }
     return result;
+}
+
+// hipDeviceEnablePeerAccess acts for the current device, as cuCtxEnablePeerAccess acts for the current
+// context.
+Result ctx_enable_peer_access(Context peer, unsigned flags) {
+    const auto device = primary_contexts().device_of(peer);
+    if (!device) return kErrorInvalidValue;
+    return hip_entry().device_enable_peer_access(*device, flags);
 }
 
 Result ctx_get_current(Context* ctx) {
@@ -248,6 +299,14 @@ Result memcpy_htod_async(DevicePtr dst, const void* src, std::size_t bytes, Stre
 }
 Result memcpy_dtoh_async(void* dst, DevicePtr src, std::size_t bytes, Stream stream) {
     return hip_entry().memcpy_dtoh_async(dst, as_pointer(src), bytes, native(stream));
+}
+Result memcpy_peer_async(DevicePtr dst, Context dst_ctx, DevicePtr src, Context src_ctx, std::size_t bytes,
+                         Stream stream) {
+    const auto dst_device = primary_contexts().device_of(dst_ctx);
+    const auto src_device = primary_contexts().device_of(src_ctx);
+    if (!dst_device || !src_device) return kErrorInvalidValue;
+    return hip_entry().memcpy_peer_async(as_pointer(dst), *dst_device, as_pointer(src), *src_device, bytes,
+                                         native(stream));
 }
 Result memcpy_dtod_async(DevicePtr dst, DevicePtr src, std::size_t bytes, Stream stream) {
     return hip_entry().memcpy_dtod_async(as_pointer(dst), as_pointer(src), bytes, native(stream));
@@ -378,6 +437,8 @@ HipEntryPoints resolve_entry_points(const DynamicLibrary& library, std::vector<s
     resolve(hip.device_get_pci_bus_id, "hipDeviceGetPCIBusId");
     resolve(hip.device_primary_ctx_retain, "hipDevicePrimaryCtxRetain");
     resolve(hip.device_primary_ctx_release, "hipDevicePrimaryCtxRelease");
+    resolve(hip.device_can_access_peer, "hipDeviceCanAccessPeer", false);
+    resolve(hip.device_enable_peer_access, "hipDeviceEnablePeerAccess", false);
     // ROCm >= 6 exports the current hipDeviceProp_t layout as ...R0600; the plain name is the old one.
     resolve(hip.get_device_properties, "hipGetDevicePropertiesR0600", false);
     if (hip.get_device_properties == nullptr)
@@ -418,6 +479,7 @@ HipEntryPoints resolve_entry_points(const DynamicLibrary& library, std::vector<s
     resolve(hip.memcpy_htod_async, "hipMemcpyHtoDAsync");
     resolve(hip.memcpy_dtoh_async, "hipMemcpyDtoHAsync");
     resolve(hip.memcpy_dtod_async, "hipMemcpyDtoDAsync");
+    resolve(hip.memcpy_peer_async, "hipMemcpyPeerAsync", false);
     resolve(hip.memset_d8_async, "hipMemsetD8Async");
     resolve(hip.memset_d32_async, "hipMemsetD32Async");
     resolve(hip.module_load_data, "hipModuleLoadData");
@@ -455,6 +517,7 @@ void fill_table(const HipEntryPoints& hip, DriverApi& api) {
     api.device_total_mem = hip.device_total_mem;
     api.device_get_pci_bus_id = hip.device_get_pci_bus_id;
     api.device_primary_ctx_release = hip.device_primary_ctx_release;
+    api.device_can_access_peer = hip.device_can_access_peer;  // same signature (device ordinals); may be null
     api.ctx_get_stream_priority_range = hip.device_get_stream_priority_range;
     api.mem_get_info = hip.mem_get_info;
     api.mem_host_alloc = hip.host_malloc;  // hipHostMallocPortable/Mapped/WriteCombined = CUDA's 1/2/4
@@ -468,6 +531,7 @@ void fill_table(const HipEntryPoints& hip, DriverApi& api) {
     api.device_primary_ctx_retain = device_primary_ctx_retain;
     api.ctx_get_current = ctx_get_current;
     api.ctx_set_current = ctx_set_current;
+    install(api.ctx_enable_peer_access, ctx_enable_peer_access, hip.device_enable_peer_access);
     api.ctx_synchronize = ctx_synchronize;
     api.stream_create_with_priority = stream_create_with_priority;
     api.stream_destroy = stream_destroy;
@@ -498,6 +562,7 @@ void fill_table(const HipEntryPoints& hip, DriverApi& api) {
     api.memcpy_htod_async = memcpy_htod_async;
     api.memcpy_dtoh_async = memcpy_dtoh_async;
     api.memcpy_dtod_async = memcpy_dtod_async;
+    install(api.memcpy_peer_async, memcpy_peer_async, hip.memcpy_peer_async);
     api.memset_d8_async = memset_d8_async;
     api.memset_d32_async = memset_d32_async;
     api.module_load_data = module_load_data;

@@ -1,0 +1,508 @@
+// cudarc::nccl: communicators, their operations and groups, on top of the NCCL table (sys/nccl).
+//
+// Note [NCCL and the current context]: NCCL goes through the CUDA runtime, which takes "the current device"
+// from the context current on the calling thread and, around its own calls, switches devices (cudaSetDevice)
+// and back. cudarc binds the communicator's device before each NCCL call, so that NCCL sees the device the
+// communicator belongs to, and afterwards forgets its per-thread record of the current context
+// (DeviceState::forget_thread_binding), so that the next cudarc call sets it again instead of trusting it.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+
+#include "core/device_state.hpp"
+#include "cudarc/nccl.hpp"
+#include "nccl/validation.hpp"
+#include "sys/nccl/nccl_api.hpp"
+
+namespace cudarc::nccl {
+
+using cudarc::detail::Access;
+using cudarc::detail::DeviceState;
+
+namespace {
+
+const sys::NcclApi& api() {
+    return sys::nccl();
+}
+
+// The error for a failing NCCL call: NCCL's name for the result, ncclGetErrorString and ncclGetLastError.
+Error nccl_error(const sys::NcclApi& nccl, const std::string& call, sys::NcclResult result,
+                 sys::NcclComm comm, int device) {
+    std::string text = nccl.get_error_string != nullptr && nccl.get_error_string(result) != nullptr
+                           ? nccl.get_error_string(result)
+                           : "unknown NCCL error";
+    if (nccl.get_last_error != nullptr) {
+        const char* last = nccl.get_last_error(comm);
+        if (last != nullptr && *last != '\0') text += fmt::format(" (ncclGetLastError: {})", last);
+    }
+    return Error(call, result, sys::nccl_result_name(result), text, device, Backend::cuda);
+}
+
+void require_cuda(const Device& device, const char* what) {
+    if (device.backend() != Backend::cuda) {
+        throw Error(
+            fmt::format("{}: device {} is a {} device; NCCL needs the CUDA backend (RCCL is not supported)",
+                        what, device.ordinal(), to_string(device.backend())));
+    }
+}
+
+void* address(const detail::CollectiveBuffer& buffer) noexcept {
+    return reinterpret_cast<void*>(static_cast<std::uintptr_t>(buffer.ptr));
+}
+
+// The innermost Group of this thread.
+thread_local Group* innermost_group = nullptr;
+
+}  // namespace
+
+bool available() noexcept {
+    return sys::nccl_if_loaded() != nullptr;
+}
+
+std::string load_failure() {
+    return sys::nccl_load_failure();
+}
+
+Version version() {
+    const sys::NcclVersion v = sys::decode_nccl_version(api().version);
+    return {v.major, v.minor, v.patch};
+}
+
+std::string library_path() {
+    return api().library_path;
+}
+
+// ---- UniqueId ----
+
+UniqueId UniqueId::create() {
+    const sys::NcclApi& nccl = api();
+    sys::NcclUniqueId raw{};
+    const sys::NcclResult result = nccl.get_unique_id(&raw);
+    DeviceState::forget_thread_binding();  // Note [NCCL and the current context]
+    if (result != sys::kNcclSuccess) throw nccl_error(nccl, "ncclGetUniqueId", result, nullptr, -1);
+    UniqueId id;
+    std::memcpy(id.bytes_.data(), raw.internal, kBytes);
+    return id;
+}
+
+UniqueId UniqueId::from_bytes(std::span<const std::byte> bytes) {
+    if (bytes.size() != kBytes) {
+        throw Error(fmt::format("cudarc::nccl::UniqueId::from_bytes: a NCCL unique id has {} bytes, {} given",
+                                kBytes, bytes.size()));
+    }
+    UniqueId id;
+    std::copy(bytes.begin(), bytes.end(), id.bytes_.begin());
+    return id;
+}
+
+// ---- Communicator: creation and destruction ----
+
+Communicator::Communicator(std::shared_ptr<DeviceState> device, ::ncclComm* comm) noexcept
+    : device_(std::move(device)), comm_(comm) {}
+
+Communicator::Communicator(Communicator&& other) noexcept
+    : device_(std::move(other.device_)),
+      comm_(std::exchange(other.comm_, nullptr)),
+      rank_(other.rank_),
+      world_size_(other.world_size_),
+      failed_(other.failed_) {}
+
+Communicator& Communicator::operator=(Communicator&& other) noexcept {
+    if (this != &other) {
+        release();
+        device_ = std::move(other.device_);
+        comm_ = std::exchange(other.comm_, nullptr);
+        rank_ = other.rank_;
+        world_size_ = other.world_size_;
+        failed_ = other.failed_;
+    }
+    return *this;
+}
+
+Communicator::~Communicator() {
+    release();
+}
+
+std::vector<Communicator> Communicator::init_all(std::span<const Device> devices) {
+    constexpr const char* what = "cudarc::nccl::Communicator::init_all";
+    std::vector<int> ordinals;
+    ordinals.reserve(devices.size());
+    for (const Device& device : devices) {
+        require_cuda(device, what);
+        ordinals.push_back(device.ordinal());
+    }
+    detail::check_devices_for_init_all(ordinals);
+    const sys::NcclApi& nccl = api();
+    const int count = static_cast<int>(ordinals.size());
+    std::vector<sys::NcclComm> raw(ordinals.size(), nullptr);
+    std::vector<Communicator> out;
+    out.reserve(ordinals.size());
+    const sys::NcclResult result = nccl.comm_init_all(raw.data(), count, ordinals.data());
+    DeviceState::forget_thread_binding();  // Note [NCCL and the current context]: it set each device
+    // From here every communicator NCCL made is owned (and released on an exception).
+    for (std::size_t i = 0; i < raw.size(); ++i) {
+        if (raw[i] != nullptr) out.push_back(Communicator(devices[i].state(), raw[i]));
+    }
+    if (result != sys::kNcclSuccess) {
+        for (Communicator& comm : out) comm.failed_ = true;  // aborted, not finalized
+        throw nccl_error(nccl, "ncclCommInitAll", result, nullptr, -1);
+    }
+    for (int i = 0; i < count; ++i) {
+        Communicator& comm = out[static_cast<std::size_t>(i)];
+        comm.rank_ = i;
+        comm.world_size_ = count;
+        int device = -1;
+        comm.check_result(nccl.comm_cu_device(comm.comm_, &device), "ncclCommCuDevice");
+        if (device != ordinals[static_cast<std::size_t>(i)]) {
+            throw Error(fmt::format("{}: NCCL put rank {} on device {}, device {} was asked for", what, i,
+                                    device, ordinals[static_cast<std::size_t>(i)]));
+        }
+    }
+    return out;
+}
+
+Communicator Communicator::init_rank(const Device& device, const UniqueId& id, int rank, int count) {
+    constexpr const char* what = "cudarc::nccl::Communicator::init_rank";
+    require_cuda(device, what);
+    detail::check_rank(what, rank, count);
+    const sys::NcclApi& nccl = api();
+    sys::NcclUniqueId raw_id{};
+    std::memcpy(raw_id.internal, id.bytes().data(), UniqueId::kBytes);
+    device.state()->bind();  // NCCL takes its device from the current context
+    sys::NcclComm raw = nullptr;
+    const sys::NcclResult result = nccl.comm_init_rank(&raw, count, raw_id, rank);
+    DeviceState::forget_thread_binding();  // Note [NCCL and the current context]
+    Communicator comm(device.state(), raw);
+    comm.rank_ = rank;
+    comm.world_size_ = count;
+    if (result != sys::kNcclSuccess) {
+        comm.failed_ = true;
+        throw nccl_error(nccl, "ncclCommInitRank", result, raw, device.ordinal());
+    }
+    int nccl_device = -1;
+    comm.check_result(nccl.comm_cu_device(raw, &nccl_device), "ncclCommCuDevice");
+    if (nccl_device != device.ordinal()) {
+        throw Error(
+            fmt::format("{}: NCCL put rank {} on device {}, device {} was asked for (was another device's "
+                        "context current on this thread?)",
+                        what, rank, nccl_device, device.ordinal()));
+    }
+    return comm;
+}
+
+void Communicator::release() noexcept {
+    if (comm_ == nullptr) return;
+    const sys::NcclApi* nccl = sys::nccl_if_loaded();  // loaded: a communicator exists
+    ::ncclComm* comm = std::exchange(comm_, nullptr);
+    if (nccl == nullptr) return;
+    try {
+        device_->bind();
+    } catch (const Error& error) {
+        device_->defer(error);
+    }
+    bool abort = failed_;
+    if (!abort) {
+        sys::NcclResult async = sys::kNcclSuccess;
+        const sys::NcclResult polled = nccl->comm_get_async_error(comm, &async);
+        abort = polled != sys::kNcclSuccess || (async != sys::kNcclSuccess && async != sys::kNcclInProgress);
+    }
+    if (!abort && nccl->comm_finalize != nullptr) {
+        // Finalize flushes the communicator's work and stops its proxy; destroy then frees it without
+        // blocking.
+        const sys::NcclResult finalized = nccl->comm_finalize(comm);
+        if (finalized != sys::kNcclSuccess) {
+            try {
+                device_->defer(nccl_error(*nccl, "ncclCommFinalize", finalized, comm, device_->ordinal()));
+            } catch (...) {
+            }
+            abort = true;
+        }
+    }
+    const sys::NcclResult result = abort ? nccl->comm_abort(comm) : nccl->comm_destroy(comm);
+    DeviceState::forget_thread_binding();  // Note [NCCL and the current context]
+    if (result != sys::kNcclSuccess) {
+        try {
+            device_->defer(nccl_error(*nccl, abort ? "ncclCommAbort" : "ncclCommDestroy", result, nullptr,
+                                      device_->ordinal()));
+        } catch (...) {
+        }
+    }
+}
+
+void Communicator::abort() noexcept {
+    failed_ = true;
+    release();
+}
+
+int Communicator::device_ordinal() const noexcept {
+    return device_ ? device_->ordinal() : -1;
+}
+
+Device Communicator::device() const {
+    if (!device_) throw Error("cudarc::nccl::Communicator::device: the communicator is empty (moved from)");
+    return Device(device_);
+}
+
+// ---- Communicator: checks ----
+
+void Communicator::check_result(int result, const char* call) {
+    if (result == sys::kNcclSuccess || result == sys::kNcclInProgress) return;
+    // Note: NCCL leaves a communicator usable after it rejected the arguments; anything else (a CUDA,
+    // system, internal or remote error) may have left it halfway through an operation.
+    if (result != sys::kNcclInvalidArgument && result != sys::kNcclInvalidUsage) failed_ = true;
+    throw nccl_error(api(), call, result, comm_, device_ordinal());
+}
+
+void Communicator::check_async_error() {
+    if (comm_ == nullptr) return;
+    const sys::NcclApi& nccl = api();
+    sys::NcclResult async = sys::kNcclSuccess;
+    check_result(nccl.comm_get_async_error(comm_, &async), "ncclCommGetAsyncError");
+    if (async == sys::kNcclSuccess || async == sys::kNcclInProgress) return;
+    failed_ = true;
+    throw nccl_error(
+        nccl,
+        fmt::format("ncclCommGetAsyncError (rank {} of {}: an asynchronous error; the communicator "
+                    "is unusable and is aborted when destroyed)",
+                    rank_, world_size_),
+        async, comm_, device_ordinal());
+}
+
+void Communicator::prepare(Stream& stream, const char* what) {
+    if (comm_ == nullptr)
+        throw Error(fmt::format("{}: the communicator is empty (moved from or aborted)", what));
+    if (failed_) {
+        throw Error(
+            fmt::format("{}: the communicator (rank {} of {}, device {}) failed earlier; destroy it (it is "
+                        "aborted) and make a new one",
+                        what, rank_, world_size_, device_->ordinal()));
+    }
+    if (&stream.state().device() != device_.get()) {
+        throw Error(fmt::format("{}: the stream is on device {}, the communicator on device {}", what,
+                                stream.device_ordinal(), device_->ordinal()));
+    }
+    check_async_error();
+    if (Group* group = Group::innermost()) group->note(device_);
+    device_->bind();  // Note [NCCL and the current context]
+}
+
+void Communicator::check_buffer(const detail::CollectiveBuffer& buffer, const char* what,
+                                const char* role) const {
+    const auto& owner = buffer.buffer->device();
+    if (!owner) {
+        throw Error(fmt::format("{}: the {} is an empty (default-constructed or moved-from) DeviceSlice",
+                                what, role));
+    }
+    if (owner.get() != device_.get()) {
+        throw Error(
+            fmt::format("{}: the {} is on device {}, the communicator on device {} (each rank's buffers "
+                        "live on its own device)",
+                        what, role, owner->ordinal(), device_->ordinal()));
+    }
+}
+
+void Communicator::track(Stream& stream, const detail::CollectiveBuffer& send,
+                         const detail::CollectiveBuffer& recv) {
+    // Note: each operand covers its own bytes, as a launch's arguments do. An operation in place (or an
+    // all_gather whose send is a part of recv) reads bytes it also writes: the write alone orders them (a
+    // separate read would only wait for the same writer twice).
+    const bool read_is_written =
+        send.buffer == recv.buffer && send.ptr >= recv.ptr && send.ptr + send.bytes <= recv.ptr + recv.bytes;
+    if (!read_is_written) track_one(stream, send, Access::read);
+    track_one(stream, recv, Access::write);
+}
+
+void Communicator::track_one(Stream& stream, const detail::CollectiveBuffer& buffer, Access access) {
+    if (Group* group = Group::innermost()) {
+        // Note [Hazard tracking inside a group]
+        group->pending_.push_back({&stream, buffer.buffer, buffer.ptr, buffer.bytes, access});
+        return;
+    }
+    cudarc::detail::prepare_access(stream, *buffer.buffer, buffer.ptr, buffer.bytes, access);
+}
+
+void Communicator::finish(Stream& stream, const detail::CollectiveBuffer& send,
+                          const detail::CollectiveBuffer& recv) noexcept {
+    if (Group::innermost() != nullptr) return;  // the group finishes its accesses when it ends
+    stream.state().device().bind_noexcept();    // Note [NCCL and the current context]
+    cudarc::detail::finish_access(stream, *send.buffer);
+    if (recv.buffer != send.buffer) cudarc::detail::finish_access(stream, *recv.buffer);
+}
+
+// ---- Communicator: operations ----
+
+void Communicator::run_all_reduce(Stream& stream, const detail::CollectiveBuffer& send,
+                                  const detail::CollectiveBuffer& recv, ReduceOp op) {
+    constexpr const char* what = "cudarc::nccl::Communicator::all_reduce";
+    prepare(stream, what);
+    check_buffer(send, what, "send buffer");
+    check_buffer(recv, what, "receive buffer");
+    detail::check_same_count(what, send.count, recv.count);
+    track(stream, send, recv);
+    const sys::NcclResult result =
+        api().all_reduce(address(send), address(recv), recv.count, detail::nccl_data_type(recv.type),
+                         detail::nccl_reduce_op(op), comm_, stream.native());
+    DeviceState::forget_thread_binding();
+    finish(stream, send, recv);
+    check_result(result, "ncclAllReduce");
+}
+
+void Communicator::run_broadcast(Stream& stream, const detail::CollectiveBuffer& send,
+                                 const detail::CollectiveBuffer& recv, int root) {
+    constexpr const char* what = "cudarc::nccl::Communicator::broadcast";
+    prepare(stream, what);
+    check_buffer(send, what, "send buffer");
+    check_buffer(recv, what, "receive buffer");
+    detail::check_same_count(what, send.count, recv.count);
+    detail::check_root(what, root, world_size_);
+    // Note: only the root reads its send buffer; tracking it on every rank only adds ordering.
+    track(stream, send, recv);
+    const sys::NcclResult result =
+        api().broadcast(address(send), address(recv), recv.count, detail::nccl_data_type(recv.type), root,
+                        comm_, stream.native());
+    DeviceState::forget_thread_binding();
+    finish(stream, send, recv);
+    check_result(result, "ncclBroadcast");
+}
+
+void Communicator::run_reduce(Stream& stream, const detail::CollectiveBuffer& send,
+                              const detail::CollectiveBuffer& recv, int root, ReduceOp op) {
+    constexpr const char* what = "cudarc::nccl::Communicator::reduce";
+    prepare(stream, what);
+    check_buffer(send, what, "send buffer");
+    check_buffer(recv, what, "receive buffer");
+    detail::check_same_count(what, send.count, recv.count);
+    detail::check_root(what, root, world_size_);
+    track(stream, send, recv);
+    const sys::NcclResult result =
+        api().reduce(address(send), address(recv), recv.count, detail::nccl_data_type(recv.type),
+                     detail::nccl_reduce_op(op), root, comm_, stream.native());
+    DeviceState::forget_thread_binding();
+    finish(stream, send, recv);
+    check_result(result, "ncclReduce");
+}
+
+void Communicator::run_all_gather(Stream& stream, const detail::CollectiveBuffer& send,
+                                  const detail::CollectiveBuffer& recv) {
+    constexpr const char* what = "cudarc::nccl::Communicator::all_gather";
+    prepare(stream, what);
+    check_buffer(send, what, "send buffer");
+    check_buffer(recv, what, "receive buffer");
+    detail::check_gather_counts(what, send.count, recv.count, world_size_);
+    track(stream, send, recv);
+    const sys::NcclResult result = api().all_gather(
+        address(send), address(recv), send.count, detail::nccl_data_type(recv.type), comm_, stream.native());
+    DeviceState::forget_thread_binding();
+    finish(stream, send, recv);
+    check_result(result, "ncclAllGather");
+}
+
+void Communicator::run_reduce_scatter(Stream& stream, const detail::CollectiveBuffer& send,
+                                      const detail::CollectiveBuffer& recv, ReduceOp op) {
+    constexpr const char* what = "cudarc::nccl::Communicator::reduce_scatter";
+    prepare(stream, what);
+    check_buffer(send, what, "send buffer");
+    check_buffer(recv, what, "receive buffer");
+    detail::check_scatter_counts(what, send.count, recv.count, world_size_);
+    track(stream, send, recv);
+    const sys::NcclResult result =
+        api().reduce_scatter(address(send), address(recv), recv.count, detail::nccl_data_type(recv.type),
+                             detail::nccl_reduce_op(op), comm_, stream.native());
+    DeviceState::forget_thread_binding();
+    finish(stream, send, recv);
+    check_result(result, "ncclReduceScatter");
+}
+
+void Communicator::run_send(Stream& stream, const detail::CollectiveBuffer& data, int peer) {
+    constexpr const char* what = "cudarc::nccl::Communicator::send";
+    prepare(stream, what);
+    check_buffer(data, what, "send buffer");
+    detail::check_peer(what, peer, world_size_);
+    track_one(stream, data, Access::read);
+    const sys::NcclResult result = api().send(address(data), data.count, detail::nccl_data_type(data.type),
+                                              peer, comm_, stream.native());
+    DeviceState::forget_thread_binding();
+    finish(stream, data, data);
+    check_result(result, "ncclSend");
+}
+
+void Communicator::run_recv(Stream& stream, const detail::CollectiveBuffer& data, int peer) {
+    constexpr const char* what = "cudarc::nccl::Communicator::recv";
+    prepare(stream, what);
+    check_buffer(data, what, "receive buffer");
+    detail::check_peer(what, peer, world_size_);
+    track_one(stream, data, Access::write);
+    const sys::NcclResult result = api().recv(address(data), data.count, detail::nccl_data_type(data.type),
+                                              peer, comm_, stream.native());
+    DeviceState::forget_thread_binding();
+    finish(stream, data, data);
+    check_result(result, "ncclRecv");
+}
+
+// ---- Group ----
+
+Group* Group::innermost() noexcept {
+    return innermost_group;
+}
+
+Group::Group() : outer_(innermost_group) {
+    const sys::NcclApi& nccl = api();
+    const sys::NcclResult result = nccl.group_start();
+    if (result != sys::kNcclSuccess) throw nccl_error(nccl, "ncclGroupStart", result, nullptr, -1);
+    innermost_group = this;
+}
+
+Group::~Group() {
+    if (ended_) return;
+    try {
+        end();
+    } catch (const Error& error) {
+        for (const auto& device : devices_) device->defer(error);
+    } catch (...) {
+    }
+}
+
+void Group::note(const std::shared_ptr<DeviceState>& device) {
+    if (std::find(devices_.begin(), devices_.end(), device) == devices_.end()) devices_.push_back(device);
+}
+
+void Group::end() {
+    if (ended_) throw Error("cudarc::nccl::Group::end: the group has ended already");
+    ended_ = true;
+    innermost_group = outer_;
+    if (outer_ != nullptr) {
+        // Note: NCCL ends a nested group with the outermost one: so do its devices and its tracking.
+        for (const auto& device : devices_) outer_->note(device);
+        outer_->pending_.insert(outer_->pending_.end(), pending_.begin(), pending_.end());
+        pending_.clear();
+    }
+    // Note [Hazard tracking inside a group]: the waits go on the streams before NCCL enqueues the operations.
+    std::exception_ptr tracking_failure;
+    for (const PendingAccess& access : pending_) {
+        try {
+            cudarc::detail::prepare_access(*access.stream, *access.buffer, access.ptr, access.bytes,
+                                           access.access);
+        } catch (...) {
+            if (!tracking_failure) tracking_failure = std::current_exception();
+        }
+    }
+    // Note: the group must end whatever happened above: ncclGroupStart and ncclGroupEnd pair up per thread.
+    const sys::NcclApi& nccl = api();
+    const sys::NcclResult result = nccl.group_end();
+    DeviceState::forget_thread_binding();  // Note [NCCL and the current context]: it launched on each device
+    // The operations are on their streams now: record the events later waiters reuse (Note [Eager events]).
+    for (const PendingAccess& access : pending_) {
+        access.stream->state().device().bind_noexcept();
+        cudarc::detail::finish_access(*access.stream, *access.buffer);
+    }
+    pending_.clear();
+    if (tracking_failure) std::rethrow_exception(tracking_failure);
+    if (result != sys::kNcclSuccess && result != sys::kNcclInProgress) {
+        const int device = devices_.size() == 1 ? devices_.front()->ordinal() : -1;
+        throw nccl_error(nccl, "ncclGroupEnd", result, nullptr, device);
+    }
+}
+
+}  // namespace cudarc::nccl
