@@ -76,9 +76,16 @@ elseif(CASE STREQUAL "bench_bad_values")
     expect("${stderr}" "many")
     run(2 ${BENCH} launch --iterations 1.5)
     run(2 ${BENCH} alloc --device -1)
-    # A valid command line gets past parsing: without a GPU it fails opening the device (status 1).
+    run(2 ${BENCH} optimizer --dtypes fp16 bf16)  # lists are comma-separated
+    expect("${stderr}" "bf16")
+    # Valid command lines get past parsing: without a GPU they fail opening the device (status 1).
     run(1 ${BENCH} alloc --rounds 3)
     expect("${stderr}" "cudarc-bench alloc: ")
+    run(1 ${BENCH} optimizer --inventories 32,256 --dtypes fp16,bf16 --bits 8,32 --cells small,mid --rule lion
+        --warmups 0 --rounds 1 --max-gb 1)
+    expect("${stderr}" "cudarc-bench optimizer: ")
+    run(1 ${BENCH} launch --iterations 10 --copy-mib 1 --device 0)
+    run(1 ${BENCH} core --output ${CMAKE_CURRENT_BINARY_DIR}/unused.jsonl)
 elseif(CASE STREQUAL "nvrtc_version")
     run(0 ${NVRTC} --version)
     expect("${stdout}" "cudarc-nvrtc ${version_pattern}")

@@ -6,8 +6,10 @@
 
 #include <cstdio>
 #include <exception>
+#include <limits>
 #include <map>
 #include <string>
+#include <type_traits>
 
 #include "bench.hpp"
 #include "cudarc/fmt.hpp"
@@ -26,15 +28,18 @@ std::map<std::string, Entry>& registry() {
     return commands;
 }
 
+template <typename Number>
 CLI::Option* with_check(CLI::Option* option, Check check) {
+    constexpr Number kMax = std::numeric_limits<Number>::max();
     switch (check) {
         case Check::none:
             break;
         case Check::positive:
-            option->check(CLI::PositiveNumber);
+            option->check(std::is_integral_v<Number> ? CLI::Validator(CLI::Range(Number{1}, kMax))
+                                                     : CLI::Validator(CLI::PositiveNumber));
             break;
         case Check::non_negative:
-            option->check(CLI::NonNegativeNumber);
+            option->check(CLI::Range(Number{0}, kMax));
             break;
     }
     return option;
@@ -47,12 +52,12 @@ void register_subcommand(const char* name, const char* summary, Declare declare)
 }
 
 OptionSet& OptionSet::add(const std::string& name, int& value, const std::string& help, Check check) {
-    with_check(app_.add_option(name, value, help)->capture_default_str(), check);
+    with_check<int>(app_.add_option(name, value, help)->capture_default_str(), check);
     return *this;
 }
 
 OptionSet& OptionSet::add(const std::string& name, double& value, const std::string& help, Check check) {
-    with_check(app_.add_option(name, value, help)->capture_default_str(), check);
+    with_check<double>(app_.add_option(name, value, help)->capture_default_str(), check);
     return *this;
 }
 
@@ -65,15 +70,18 @@ OptionSet& OptionSet::add(const std::string& name, std::string& value, const std
 
 OptionSet& OptionSet::add_list(const std::string& name, std::vector<std::string>& values,
                                const std::string& help, const std::vector<std::string>& choices) {
-    auto* option = app_.add_option(name, values, help)->delimiter(',')->capture_default_str()->expected(1);
+    // One argument per occurrence, split at commas ("--dtypes fp16,bf16"); the list replaces the default.
+    auto* option =
+        app_.add_option(name, values, help)->delimiter(',')->capture_default_str()->allow_extra_args(false);
     if (!choices.empty()) option->check(CLI::IsMember(choices));
     return *this;
 }
 
 OptionSet& OptionSet::add_list(const std::string& name, std::vector<int>& values, const std::string& help,
                                Check check) {
-    with_check(app_.add_option(name, values, help)->delimiter(',')->capture_default_str()->expected(1),
-               check);
+    with_check<int>(
+        app_.add_option(name, values, help)->delimiter(',')->capture_default_str()->allow_extra_args(false),
+        check);
     return *this;
 }
 
