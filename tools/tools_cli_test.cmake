@@ -1,6 +1,6 @@
 # ctest driver for the tools' command lines (see tools/CMakeLists.txt): INFO, BENCH, NVRTC, CASE, VERSION.
-# Runs without a GPU (CUDA_VISIBLE_DEVICES is empty): exit 2 for a bad command line proves it was rejected
-# before any device was opened (that would have failed with 1).
+# Runs without a GPU (CUDA_VISIBLE_DEVICES=-1 hides every device, on a GPU machine too): exit 2 for a bad
+# command line proves it was rejected before any device was opened (that would have failed with 1).
 
 function(run expected_rc)
     execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
