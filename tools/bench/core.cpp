@@ -11,25 +11,22 @@
 namespace cudarc::bench {
 namespace {
 
-int run_core(const Options& options) {
-    const int warmups = options.get_int("warmups", 3);
-    const int rounds = options.get_int("rounds", 15);
-    auto device = Device::open(options.get_int("device", 0));
+struct CoreArgs : CommonArgs {};
+
+int run_core(const CoreArgs& args) {
+    const int warmups = args.warmups;
+    const int rounds = args.rounds;
+    auto device = Device::open(args.device);
     auto& state = *device.state();
     const sys::DriverApi& api = state.api();
-    JsonLines json(options);
-    fmt::print("cudarc-bench core on {} ({}), driver {}; median of {} rounds after {} warm-up rounds\n",
-               device.name(), device.arch(), Device::driver_version(), rounds, warmups);
+    JsonLines json(args, device, "core");
+    print_header(json.context(), fmt::format("median of {} rounds after {} warm-up rounds", rounds, warmups));
 
     auto parent = device.create_stream();
     auto sync_parent = [&] { parent.synchronize(); };
     auto report = [&](const std::string& name, double value, const char* unit, const std::string& note) {
         print_row(name, value, unit, note);
-        json.write({{"bench", quoted("core")},
-                    {"case", quoted(name)},
-                    {"value", fmt::format("{:.6f}", value)},
-                    {"unit", quoted(unit)},
-                    {"device", quoted(device.name())}});
+        json.write({{"case", name}, {"value", value}, {"unit", unit}});
     };
 
     // 1. Fork + join pair vs one raw event record + cross-stream wait.
@@ -129,8 +126,8 @@ int run_core(const Options& options) {
     return 0;
 }
 
-const Registration registration{"core", "fork/join, readback synchronization, allocation vs raw driver calls",
-                                run_core};
+const Subcommand<CoreArgs> registration{
+    "core", "fork/join, readback synchronization, allocation vs raw driver calls", run_core};
 
 }  // namespace
 }  // namespace cudarc::bench
