@@ -84,6 +84,28 @@ static_assert(sizeof(OptimParams) == 68, "OptimParams layout changed: update doc
 static_assert(sizeof(OptimTensor) == 64, "OptimTensor layout changed: update docs/optimizers.md");
 static_assert(sizeof(OptimChunk) == 16, "OptimChunk layout changed: update docs/optimizers.md");
 
+// The options a step's derived values come from (derive_step), in double as the caller gave them.
+struct StepSchedule {
+    double lr;
+    double beta1;
+    double beta2;
+    double lr_decay;
+};
+
+// A capturable group's step in device memory (Note [Capturable steps], kernels/optim_device.cuh): the
+// capturable kernels read `params`, and the last block of a step's last launch to read them advances
+// `count` and derives the next step's `params` from `schedule`. The host writes it only through
+// store_step (kernels/optim.cu), in stream order.
+struct OptimStepState {
+    OptimParams params;     // the pending step's: step = count + 1
+    unsigned readers;       // blocks of the step's last launch that have read `params` (0 between steps)
+    i64 count;              // steps taken (torch's state['step'])
+    StepSchedule schedule;  // the options the derived fields of `params` come from
+};
+
+static_assert(sizeof(StepSchedule) == 32, "StepSchedule layout changed: update docs/optimizers.md");
+static_assert(sizeof(OptimStepState) == 112, "OptimStepState layout changed: update docs/optimizers.md");
+
 // Work decomposition (also in kernel_abi.hpp): a block of kThreads threads handles one tile at a time.
 // fp32 state: 4 elements per thread; 8-bit state: 8, so 32 threads cover one quantization block.
 enum : int { kThreads = 256, kQuantBlock = 256, kTileFp32 = kThreads * 4, kTile8 = kThreads * 8 };
@@ -568,6 +590,84 @@ CUDARC_OPTIM_FN float inverse_absmax(float absmax) {
 
 CUDARC_OPTIM_FN float dequantize(const float* map, u8 code, float absmax) {
     return fp::mul(map[code], absmax);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The values a step derives from its number, in double with every operation correctly rounded.
+//
+// Note [Per-step values]: step_size and bias_correction2_sqrt depend on the step number. The host derives
+// them for an ordinary step (abi::make_kernel_params) and the device for a capturable one (whose number
+// lives in device memory), both with derive_step below: the same sequence of correctly rounded double
+// operations (no pow, no contraction: the intrinsics on the device, plain operators on the host, which
+// the project builds without contraction), then one rounding to float. So a capturable step and an
+// ordinary one give bitwise the same floats, and the same parameters and state. beta^step is taken by
+// binary powering (at most 2 x 63 multiplications); the relative error of 1 - beta^step is then about
+// 2^-53 / (1 - beta) at worst (1e-13 for beta = 0.999), far below the float rounding that follows.
+namespace fp64 {
+#if CUDARC_OPTIM_DEVICE_COMPILER
+CUDARC_OPTIM_FN double add(double a, double b) {
+    return __dadd_rn(a, b);
+}
+CUDARC_OPTIM_FN double sub(double a, double b) {
+    return __dsub_rn(a, b);
+}
+CUDARC_OPTIM_FN double mul(double a, double b) {
+    return __dmul_rn(a, b);
+}
+CUDARC_OPTIM_FN double div(double a, double b) {
+    return __ddiv_rn(a, b);
+}
+CUDARC_OPTIM_FN double sqrt(double a) {
+    return __dsqrt_rn(a);
+}
+CUDARC_OPTIM_FN float to_float(double a) {
+    return __double2float_rn(a);
+}
+#else
+inline double add(double a, double b) {
+    return a + b;
+}
+inline double sub(double a, double b) {
+    return a - b;
+}
+inline double mul(double a, double b) {
+    return a * b;
+}
+inline double div(double a, double b) {
+    return a / b;
+}
+inline double sqrt(double a) {
+    return std::sqrt(a);
+}
+inline float to_float(double a) {
+    return static_cast<float>(a);
+}
+#endif
+// base^exponent (exponent >= 0) by binary powering.
+CUDARC_OPTIM_FN double power(double base, i64 exponent) {
+    double result = 1.0;
+    while (exponent > 0) {
+        if ((exponent & 1) != 0) result = mul(result, base);
+        exponent >>= 1;
+        if (exponent > 0) base = mul(base, base);
+    }
+    return result;
+}
+}  // namespace fp64
+
+// Fills the fields of `p` that depend on the step number (step, step_size, bias_correction2_sqrt) for
+// 1-based step `step` of `rule`; the other fields are left as they are.
+CUDARC_OPTIM_FN void derive_step(int rule, const StepSchedule& s, i64 step, OptimParams& p) {
+    p.step = step < 0x7fffffff ? static_cast<int>(step) : 0x7fffffff;
+    p.step_size = fp64::to_float(s.lr);
+    p.bias_correction2_sqrt = 1.0f;
+    if (rule == kAdam || rule == kAdamW) {
+        p.step_size = fp64::to_float(fp64::div(s.lr, fp64::sub(1.0, fp64::power(s.beta1, step))));
+        p.bias_correction2_sqrt = fp64::to_float(fp64::sqrt(fp64::sub(1.0, fp64::power(s.beta2, step))));
+    } else if (rule == kAdagrad) {
+        const double decays = fp64::mul(fp64::sub(static_cast<double>(step), 1.0), s.lr_decay);
+        p.step_size = fp64::to_float(fp64::div(s.lr, fp64::add(1.0, decays)));
+    }
 }
 
 // ---------------------------------------------------------------------------------------------------

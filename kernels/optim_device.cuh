@@ -976,6 +976,53 @@ __device__ __forceinline__ void multi_tensor_kernel(const OptimTensor* tensors, 
     }
 }
 
+// --- Capturable steps: the step's parameters in device memory ---
+//
+// Note [Capturable steps]: a step captured into a graph is replayed with the kernel arguments it was
+// captured with, so a capturable group keeps its step count and parameters in device memory
+// (OptimStepState) and the kernels advance the count: N replays of one captured step are N steps. The
+// capturable entries (kernels/optim.cu) read the state's `params` once per block, through shared memory,
+// and call the same bodies as the ordinary entries, which take `params` by value. A step is one or more
+// launches (per element type, and the max_unorm pass before each update pass); all read the same
+// `params`, and the last launch (`advance`) moves the step on: each of its blocks counts itself in
+// `readers` after its read, and the block that counts last knows every block has read, so it may write
+// the next step's `count` and `params` (derive_step, from the state's schedule; Note [Per-step values]),
+// and resets `readers` for the next step. The next step's launches come after this one in stream order.
+// A launch with a step state must have every block take its count (no block returns before read_step).
+
+// The next step of `state`, by one thread, once every block of the step's last launch has read `current`.
+template <int A>
+__device__ __forceinline__ void advance_step(OptimStepState* state, const OptimParams& current) {
+    const i64 count = state->count + 1;
+    OptimParams next = current;
+    derive_step(A, state->schedule, count + 1, next);
+    state->params = next;
+    state->count = count;
+    state->readers = 0u;
+}
+
+// Every thread of the block: the step's parameters, read once by thread 0 and shared. With `advance`, the
+// last block to read also advances the step.
+template <int A>
+__device__ __forceinline__ OptimParams read_step(OptimStepState* state, bool advance) {
+    __shared__ OptimParams shared_params;
+    bool last = false;
+    if (threadIdx.x == 0) {
+        shared_params = state->params;
+        if (advance) {
+            __threadfence();  // the read above is complete before this block is counted
+            last = atomicAdd(&state->readers, 1u) == gridDim.x - 1u;
+        }
+    }
+    __syncthreads();
+    const OptimParams params = shared_params;
+    if (last) {
+        __threadfence();  // every block's read is complete before the state changes
+        advance_step<A>(state, params);
+    }
+    return params;
+}
+
 // The launch bounds of a kernel. Note: on an H200 the 8-bit kernels ran fastest with their tile copies
 // at 2 blocks per SM (256 computing threads and the producer warp each: up to 112 registers; at 3 blocks
 // and 80 registers the multi-tensor kernels spilled, and holding their run in shared memory instead cost

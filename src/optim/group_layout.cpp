@@ -55,6 +55,9 @@ GroupLayout plan_group(StatePrecision precision, int state_count, std::span<cons
     std::size_t end = 0;
     layout.flag_offset = 0;
     layout.counter_offset = 16;
+    layout.step_offset = 64;
+    static_assert(64 + sizeof(abi::StepState) <= kRegionAlignment && alignof(abi::StepState) <= 64,
+                  "the group's header holds the flag, the counter and the step state");
     end = kRegionAlignment;
     layout.tensors.resize(numels.size());
     for (std::size_t i = 0; i < numels.size(); ++i) {

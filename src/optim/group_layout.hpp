@@ -50,6 +50,7 @@ struct GroupLayout {
     std::vector<BucketLayout> buckets;
     std::size_t flag_offset = 0;     // int: set to 1 by a step that met a non-finite gradient
     std::size_t counter_offset = 0;  // unsigned: the max_unorm pass's blocks_done (0 between launches)
+    std::size_t step_offset = 0;     // abi::StepState: a capturable group's step (Note [Capturable steps])
     std::size_t arena_bytes = 0;
     std::size_t table_bytes = 0;
 };

@@ -49,20 +49,38 @@ bool uses_betas(UpdateRule rule) {
 
 std::string kernel_name(UpdateRule rule, ElementType type, StatePrecision precision, KernelLayout layout,
                         KernelPass pass) {
-    return fmt::format("cudarc_optim::{}<{}, {}, {}, {}>",
-                       layout == KernelLayout::multi_tensor ? "multi_step" : "tensor_step",
-                       static_cast<int>(rule), static_cast<int>(type), static_cast<int>(precision),
+    const char* entry = layout == KernelLayout::multi_tensor              ? "multi_step"
+                        : layout == KernelLayout::multi_tensor_capturable ? "multi_step_capturable"
+                                                                          : "tensor_step";
+    return fmt::format("cudarc_optim::{}<{}, {}, {}, {}>", entry, static_cast<int>(rule),
+                       static_cast<int>(type), static_cast<int>(precision),
                        pass == KernelPass::update_norm ? "true" : "false");
 }
 
-std::vector<std::string> kernel_names(UpdateRule rule, ElementType type, StatePrecision precision) {
+std::string store_step_name(UpdateRule rule) {
+    return fmt::format("cudarc_optim::store_step<{}>", static_cast<int>(rule));
+}
+
+std::vector<std::string> kernel_names(UpdateRule rule, ElementType type, StatePrecision precision,
+                                      bool capturable) {
     std::vector<std::string> names;
+    if (capturable) {
+        for (const KernelPass pass : {KernelPass::update, KernelPass::update_norm}) {
+            names.push_back(kernel_name(rule, type, precision, KernelLayout::multi_tensor_capturable, pass));
+        }
+        names.push_back(store_step_name(rule));
+        return names;
+    }
     for (const KernelLayout layout : {KernelLayout::tensor, KernelLayout::multi_tensor}) {
         for (const KernelPass pass : {KernelPass::update, KernelPass::update_norm}) {
             names.push_back(kernel_name(rule, type, precision, layout, pass));
         }
     }
     return names;
+}
+
+StepSchedule step_schedule(const GroupOptions& options) noexcept {
+    return StepSchedule{options.lr, options.beta1, options.beta2, options.lr_decay};
 }
 
 KernelParams make_kernel_params(UpdateRule rule, const GroupOptions& h, double grad_scale,
@@ -102,27 +120,31 @@ KernelParams make_kernel_params(UpdateRule rule, const GroupOptions& h, double g
     k.step = static_cast<std::int32_t>(step_number);
     k.nesterov = h.nesterov ? 1 : 0;
 
-    // Derived in double from the caller's values, as torch derives them in Python.
-    const double step = static_cast<double>(step_number);
+    // Derived in double from the caller's values, as torch derives them in Python; the step's own values
+    // as a capturable step derives them on the device (Note [Per-step values]).
     k.inv_grad_scale = checked_float("1 / grad_scale", 1.0 / grad_scale);
     require(k.inv_grad_scale > 0.0f, "grad_scale", grad_scale, "its reciprocal underflows in float");
-    k.step_size = k.lr;
-    k.bias_correction2_sqrt = 1.0f;
     k.decay = 1.0f;
-    if (rule == UpdateRule::adam || rule == UpdateRule::adamw) {
-        k.step_size = checked_float("lr / (1 - beta1^step)", h.lr / (1.0 - std::pow(h.beta1, step)));
-        k.bias_correction2_sqrt =
-            checked_float("sqrt(1 - beta2^step)", std::sqrt(1.0 - std::pow(h.beta2, step)));
-        // beta2 so close to 1 that 1 - beta2^step vanishes would divide by zero in the kernel.
-        require(k.bias_correction2_sqrt > 0.0f, "beta2", h.beta2, "1 - beta2^step underflows in float");
-    } else if (rule == UpdateRule::adagrad) {
-        k.step_size =
-            checked_float("lr / (1 + (step - 1) * lr_decay)", h.lr / (1.0 + (step - 1.0) * h.lr_decay));
-    }
     if (rule == UpdateRule::adamw || rule == UpdateRule::lion) {
         k.decay = checked_float("1 - lr * weight_decay", 1.0 - h.lr * h.weight_decay);
     }
+    cudarc_optim::derive_step(static_cast<int>(rule), step_schedule(h), step_number, k);
+    if (rule == UpdateRule::adam || rule == UpdateRule::adamw) {
+        require(std::isfinite(k.step_size), "lr / (1 - beta1^step)", static_cast<double>(k.step_size),
+                "it must be finite and within float range");
+        // beta2 so close to 1 that 1 - beta2^step vanishes would divide by zero in the kernel.
+        require(k.bias_correction2_sqrt > 0.0f, "beta2", h.beta2, "1 - beta2^step underflows in float");
+    } else if (rule == UpdateRule::adagrad) {
+        require(std::isfinite(k.step_size), "lr / (1 + (step - 1) * lr_decay)",
+                static_cast<double>(k.step_size), "it must be finite and within float range");
+    }
     return k;
+}
+
+StepSettings make_step_settings(UpdateRule rule, const GroupOptions& options, double grad_scale) {
+    // Step 1 is each rule's extreme (its step size is largest, its bias correction smallest): options
+    // valid there are valid at every later step.
+    return StepSettings{make_kernel_params(rule, options, grad_scale, 1), step_schedule(options)};
 }
 
 MapSign state_map(UpdateRule rule, int state) noexcept {

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -330,7 +331,7 @@ const char* to_string(Variant v) {
     return "?";
 }
 
-// A fresh optimizer for `p`, its state set to p's starting state.
+// A fresh optimizer for `p` (capturable or not), its state set to p's starting state.
 struct Setup {
     std::vector<DeviceTensor> device;
     std::vector<optim::ParamTensor> tensors;
@@ -338,13 +339,14 @@ struct Setup {
     GroupId group;
 
     Setup(Stream& stream, const Problem& p, optim::StatePlacement placement = optim::StatePlacement::device,
-          std::size_t offset = 0)
+          std::size_t offset = 0, bool capturable = false)
         : device(upload(stream, p, offset)),
           tensors(views(device)),
-          optimizer(stream, optim::OptimizerOptions{p.rule, p.precision, placement, 16384}),
+          optimizer(stream, optim::OptimizerOptions{p.rule, p.precision, placement, 16384, capturable}),
           group(optimizer.add_group(stream, p.options, tensors)) {
-        optimizer.set_grad_scale(p.grad_scale);
-        if (p.steps_before > 0) optimizer.set_step_count(group, p.steps_before);
+        // (The setters with a stream serve both kinds of optimizer.)
+        optimizer.set_grad_scale(stream, p.grad_scale);
+        if (p.steps_before > 0) optimizer.set_step_count(stream, group, p.steps_before);
         for (std::size_t i = 0; i < p.states.size(); ++i) {
             if (p.steps_before > 0) optimizer.write_state(stream, group, i, p.states[i]);
         }
@@ -387,7 +389,7 @@ Outcome run(Device& device, const Problem& p, Variant variant) {
     Stream foreign = Stream::wrap(device, foreign_owner.native());
     const auto placement =
         variant == Variant::paged_state ? optim::StatePlacement::managed : optim::StatePlacement::device;
-    Setup s(stream, p, placement, variant == Variant::misaligned ? 1 : 0);
+    Setup s(stream, p, placement, variant == Variant::misaligned ? 1 : 0, variant == Variant::graph);
     if (variant == Variant::paged_state) {
         const bool supported = device.attribute(89) != 0;  // CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS
         CHECK(s.optimizer.state_placement() ==
@@ -417,6 +419,7 @@ Outcome run(Device& device, const Problem& p, Variant variant) {
             break;
         }
         case Variant::graph: {
+            // A capturable optimizer's step, captured and replayed once.
             stream.synchronize();
             Graph graph =
                 capture(stream, [&](Stream& captured) { s.optimizer.step(captured, s.group, s.tensors); });
@@ -424,7 +427,7 @@ Outcome run(Device& device, const Problem& p, Variant variant) {
             graph.launch(stream);
             check_no_host_synchronization(device.counters() - before, false);  // a replay is no kernel launch
             Outcome o = s.read(stream);
-            CHECK(s.optimizer.step_count(s.group) == p.steps_before + 1);
+            CHECK(s.optimizer.step_count(stream, s.group) == p.steps_before + 1);
             return o;
         }
     }
@@ -434,7 +437,7 @@ Outcome run(Device& device, const Problem& p, Variant variant) {
     } else {
         check_no_host_synchronization(delta);
     }
-    CHECK(s.optimizer.step_count(s.group) == p.steps_before + 1);
+    CHECK(s.optimizer.step_count(stream, s.group) == p.steps_before + 1);
     return s.read(stream);
 }
 
@@ -930,4 +933,233 @@ TEST_CASE("optim.groups_keep_their_own_hyper_parameters_and_step_counts") {
         CHECK_FALSE(optimizer.nonfinite_seen(stream));
         CHECK(optimizer.state_bytes() > 0);
     }
+}
+
+// --- Capturable steps (issue 13, item 5) ----------------------------------------------------------------
+
+namespace {
+
+// Steps of one problem with new gradients at every step and, before step `change_at`, new options and a new
+// grad scale: what a training loop does between replays.
+struct StepPlan {
+    std::vector<std::vector<std::vector<std::uint32_t>>> grads;  // per step, per tensor
+    std::size_t change_at = 0;
+    GroupOptions changed;
+    double changed_scale = 1.0;
+};
+
+StepPlan make_step_plan(const Problem& p, std::size_t steps, bool with_nonfinite) {
+    StepPlan plan;
+    for (std::size_t k = 0; k < steps; ++k) {
+        std::vector<std::vector<std::uint32_t>> grads = p.grads;
+        for (std::size_t t = 0; t < grads.size(); ++t) {
+            for (auto& w : grads[t]) w = random_word(p.types[t], -p.grad_scale, p.grad_scale);
+        }
+        plan.grads.push_back(std::move(grads));
+    }
+    if (with_nonfinite) plan.grads[1][0][pick(plan.grads[1][0].size())] = nan_word(p.types[0]);
+    plan.change_at = 2 + pick(steps - 2);
+    // New hyper-parameters of the same shape: SGD's momentum stays zero or non-zero (its buffer), and
+    // max_unorm stays on or off (a capturable group keeps its launches).
+    plan.changed = random_options(p.rule);
+    plan.changed.momentum = p.options.momentum == 0.0 ? 0.0 : uniform(0.5, 0.95);
+    plan.changed.nesterov = plan.changed.momentum > 0.0 && pick(2) == 0;
+    plan.changed.dampening = plan.changed.nesterov ? 0.0 : uniform(0.0, 0.3);
+    plan.changed.max_unorm = p.options.max_unorm == 0.0 ? 0.0 : p.options.max_unorm * uniform(0.5, 2.0);
+    plan.changed_scale = p.grad_scale == 1.0 ? 4.0 : 1.0;
+    return plan;
+}
+
+struct PlanResult {
+    Outcome outcome;
+    std::int64_t step_count = 0;
+    bool nonfinite = false;
+};
+
+// Runs `plan` as direct steps of an ordinary optimizer, or (`replay`) as replays of one captured step of a
+// capturable optimizer, its last step a direct one.
+PlanResult run_plan(Device& device, const Problem& p, const StepPlan& plan, bool replay) {
+    CAPTURE(replay);
+    Stream stream = device.create_stream();
+    Setup s(stream, p, optim::StatePlacement::device, 0, replay);
+    std::vector<std::vector<DeviceTensor>> grads;  // each step's gradients, copied in before the step
+    for (const auto& step_grads : plan.grads) {
+        Problem q = p;
+        q.grads = step_grads;
+        grads.push_back(Setup::upload(stream, q));
+    }
+    std::optional<Graph> graph;
+    if (replay) {
+        stream.synchronize();
+        graph.emplace(
+            capture(stream, [&](Stream& captured) { s.optimizer.step(captured, s.group, s.tensors); }));
+    }
+    const Counters before = device.counters();
+    for (std::size_t k = 0; k < plan.grads.size(); ++k) {
+        for (std::size_t t = 0; t < s.device.size(); ++t) s.device[t].copy_grad_from(stream, grads[k][t]);
+        if (k == plan.change_at) {
+            s.optimizer.set_options(stream, s.group, plan.changed);
+            s.optimizer.set_grad_scale(stream, plan.changed_scale);
+        }
+        if (replay && k + 1 < plan.grads.size()) {
+            graph->launch(stream);
+        } else {
+            s.optimizer.step(stream, s.group, s.tensors);
+        }
+    }
+    const Counters delta = device.counters() - before;
+    CHECK(delta.host_synchronizations() == 0);  // uploads and replays: nothing waits on the host
+    CHECK(delta.blocking_copies == 0);
+    PlanResult result;
+    result.step_count = s.optimizer.step_count(stream, s.group);
+    result.nonfinite = s.optimizer.nonfinite_seen(stream);
+    result.outcome = s.read(stream);
+    return result;
+}
+
+}  // namespace
+
+TEST_CASE("optim.replays_of_a_captured_step_equal_direct_steps_bitwise") {
+    auto device = Device::open(0);
+    constexpr std::size_t kSteps = 5;
+    int case_index = 0;
+    for (const UpdateRule rule : kRules) {
+        for (const StatePrecision precision : kPrecisions) {
+            for (const ElementType type : {ElementType::fp32, ElementType::bf16}) {
+                const std::string name = case_name(rule, type, precision);
+                CAPTURE(name);
+                // Clipping in half the cases (it adds the max_unorm pass to every replay), a non-finite
+                // gradient element in a third.
+                const bool clip = case_index % 2 == 1;
+                const bool nonfinite = case_index % 3 == 0;
+                ++case_index;
+                const Problem p = make_problem(rule, precision, {type, type, type}, clip);
+                const std::string description = p.describe();
+                CAPTURE(description);
+                const StepPlan plan = make_step_plan(p, kSteps, nonfinite);
+                CAPTURE(plan.change_at);
+                const PlanResult direct = run_plan(device, p, plan, false);
+                const PlanResult replayed = run_plan(device, p, plan, true);
+                check_identical(direct.outcome, replayed.outcome);
+                // The kernels advanced the count at every replay.
+                CHECK(direct.step_count == p.steps_before + static_cast<std::int64_t>(kSteps));
+                CHECK(replayed.step_count == direct.step_count);
+                CHECK(direct.nonfinite == nonfinite);
+                CHECK(replayed.nonfinite == nonfinite);
+            }
+        }
+    }
+}
+
+TEST_CASE("optim.capturable_replays_follow_the_step_count_and_options_written_between_them") {
+    // Adam's bias corrections change with every step: N replays must not repeat one step's update. One
+    // group, fp32 state, lr changed between replays: each replay's parameters equal the direct ones.
+    auto device = Device::open(0);
+    Problem p = make_problem(UpdateRule::adam, StatePrecision::fp32, {ElementType::fp32}, false);
+    Stream stream = device.create_stream();
+    Stream reference_stream = device.create_stream();
+    Setup replayed(stream, p, optim::StatePlacement::device, 0, true);
+    Setup direct(reference_stream, p);
+    stream.synchronize();
+    Graph graph =
+        capture(stream, [&](Stream& s) { replayed.optimizer.step(s, replayed.group, replayed.tensors); });
+    std::vector<std::uint32_t> previous = p.params[0];
+    for (int k = 0; k < 4; ++k) {
+        CAPTURE(k);
+        if (k == 2) {
+            GroupOptions faster = p.options;
+            faster.lr *= 10.0;
+            replayed.optimizer.set_options(stream, replayed.group, faster);
+            direct.optimizer.set_options(reference_stream, direct.group, faster);
+        }
+        graph.launch(stream);
+        direct.optimizer.step(reference_stream, direct.group, direct.tensors);
+        const std::vector<std::uint32_t> now = replayed.device[0].param_words(stream);
+        CHECK(now == direct.device[0].param_words(reference_stream));
+        CHECK(now != previous);
+        previous = now;
+        CHECK(replayed.optimizer.step_count(stream, replayed.group) == p.steps_before + k + 1);
+    }
+    // Setting the count between replays takes effect at the next one too.
+    replayed.optimizer.set_step_count(stream, replayed.group, 1000);
+    direct.optimizer.set_step_count(reference_stream, direct.group, 1000);
+    graph.launch(stream);
+    direct.optimizer.step(reference_stream, direct.group, direct.tensors);
+    check_identical(direct.read(reference_stream), replayed.read(stream));
+    CHECK(replayed.optimizer.step_count(stream, replayed.group) == 1001);
+}
+
+TEST_CASE("optim.capture_needs_a_capturable_optimizer_and_capturable_ones_refuse_host_only_setters") {
+    auto device = Device::open(0);
+    const Problem p = make_problem(UpdateRule::adamw, StatePrecision::blockwise8,
+                                   {ElementType::bf16, ElementType::bf16, ElementType::bf16}, false);
+    const Outcome expected = run(device, p, Variant::multi_tensor);
+
+    // An ordinary optimizer's step cannot be captured: the capture is abandoned, nothing ran or changed, and
+    // the stream and the optimizer work afterwards.
+    {
+        Stream stream = device.create_stream();
+        Setup s(stream, p);
+        stream.synchronize();
+        const std::string message = [&] {
+            try {
+                static_cast<void>(
+                    capture(stream, [&](Stream& c) { s.optimizer.step(c, s.group, s.tensors); }));
+            } catch (const Error& e) {
+                return std::string(e.what());
+            }
+            return std::string();
+        }();
+        CHECK(message.find("capturable") != std::string::npos);
+        CHECK_FALSE(stream.is_capturing());
+        CHECK(s.optimizer.step_count(s.group) == p.steps_before);
+        s.optimizer.step(stream, s.group, s.tensors);
+        check_identical(expected, s.read(stream));
+    }
+
+    // A capturable optimizer: setters without a stream, per-tensor steps and a max_unorm switch are refused
+    // with a message naming what to use, and leave it as it was.
+    Stream stream = device.create_stream();
+    Setup s(stream, p, optim::StatePlacement::device, 0, true);
+    auto message_of = [](auto&& body) {
+        try {
+            body();
+        } catch (const Error& e) {
+            return std::string(e.what());
+        }
+        return std::string();
+    };
+    CHECK(message_of([&] { s.optimizer.set_options(s.group, p.options); }).find("set_options(stream") !=
+          std::string::npos);
+    CHECK(message_of([&] { s.optimizer.set_grad_scale(2.0); }).find("set_grad_scale(stream") !=
+          std::string::npos);
+    CHECK(message_of([&] { s.optimizer.set_step_count(s.group, 3); }).find("set_step_count(stream") !=
+          std::string::npos);
+    CHECK(message_of([&] { static_cast<void>(s.optimizer.step_count(s.group)); }).find("step_count(stream") !=
+          std::string::npos);
+    CHECK(message_of([&] { s.optimizer.step(stream, s.group, 0, s.tensors[0]); }).find("whole groups") !=
+          std::string::npos);
+    GroupOptions clipping = p.options;
+    clipping.max_unorm = 0.5;
+    CHECK(message_of([&] { s.optimizer.set_options(stream, s.group, clipping); }).find("max_unorm") !=
+          std::string::npos);
+    GroupOptions bad = p.options;
+    bad.lr = -1.0;
+    CHECK(message_of([&] { s.optimizer.set_options(stream, s.group, bad); }).find("lr") != std::string::npos);
+    CHECK(s.optimizer.options(s.group).lr == p.options.lr);
+    CHECK(s.optimizer.grad_scale() == p.grad_scale);
+    CHECK(s.optimizer.step_count(stream, s.group) == p.steps_before);
+    // A group of empty tensors would launch nothing, so nothing would advance its count.
+    DeviceSlice<optim::bf16_bits> empty_param = DeviceSlice<optim::bf16_bits>::zeros(stream, 0);
+    DeviceSlice<optim::bf16_bits> empty_grad = DeviceSlice<optim::bf16_bits>::zeros(stream, 0);
+    const std::vector<optim::ParamTensor> empty{{empty_param, empty_grad}};
+    CHECK(message_of([&] {
+              static_cast<void>(s.optimizer.add_group(stream, p.options, empty));
+          }).find("at least one element") != std::string::npos);
+    CHECK(s.optimizer.group_count() == 1);
+    // Still the step it would have been.
+    const Counters before = device.counters();
+    s.optimizer.step(stream, s.group, s.tensors);
+    check_no_host_synchronization(device.counters() - before);
+    check_identical(expected, s.read(stream));
 }

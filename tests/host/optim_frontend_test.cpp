@@ -195,8 +195,11 @@ TEST_CASE("optim.frontend_group_layout") {
             struct Region {
                 std::size_t begin, end;
             };
-            std::vector<Region> regions{{layout.flag_offset, layout.flag_offset + 4},
-                                        {layout.counter_offset, layout.counter_offset + 4}};
+            std::vector<Region> regions{
+                {layout.flag_offset, layout.flag_offset + 4},
+                {layout.counter_offset, layout.counter_offset + 4},
+                {layout.step_offset, layout.step_offset + sizeof(cudarc::optim::abi::StepState)}};
+            CHECK(layout.step_offset % alignof(cudarc::optim::abi::StepState) == 0);
             const bool eight = precision == StatePrecision::blockwise8;
             for (std::size_t i = 0; i < count; ++i) {
                 const detail::TensorLayout& t = layout.tensors[i];

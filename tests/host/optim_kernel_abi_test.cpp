@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <set>
@@ -56,6 +57,10 @@ TEST_CASE("optim.abi_uses_the_kernel_header_and_the_public_numbering") {
     CHECK(sizeof(abi::KernelParams) == 68);
     CHECK(sizeof(abi::TensorDesc) == 64);
     CHECK(sizeof(abi::Chunk) == 16);
+    static_assert(std::is_same_v<abi::StepState, cudarc_optim::OptimStepState>);
+    CHECK(sizeof(abi::StepState) == 112);
+    CHECK(offsetof(abi::StepState, params) == 0);
+    CHECK(offsetof(abi::StepState, count) == 72);
     // The work decomposition.
     CHECK(abi::tile_elements(StatePrecision::fp32) == 1024);
     CHECK(abi::tile_elements(StatePrecision::blockwise8) == 2048);
@@ -99,6 +104,66 @@ TEST_CASE("optim.abi_kernel_names") {
     CHECK(abi::kernel_names(UpdateRule::lion, ElementType::fp16, StatePrecision::fp32) ==
           Names{"cudarc_optim::tensor_step<3, 1, 0, false>", "cudarc_optim::tensor_step<3, 1, 0, true>",
                 "cudarc_optim::multi_step<3, 1, 0, false>", "cudarc_optim::multi_step<3, 1, 0, true>"});
+    // A capturable optimizer's module: the capturable layout's two passes and the step state's writer.
+    CHECK(abi::kernel_names(UpdateRule::adamw, ElementType::bf16, StatePrecision::blockwise8, true) ==
+          Names{"cudarc_optim::multi_step_capturable<1, 2, 1, false>",
+                "cudarc_optim::multi_step_capturable<1, 2, 1, true>", "cudarc_optim::store_step<1>"});
+    CHECK(abi::store_step_name(UpdateRule::adagrad) == "cudarc_optim::store_step<5>");
+}
+
+TEST_CASE("optim.abi_step_values_follow_the_documented_derivation") {
+    // Note [Per-step values]: beta^step by binary powering with each product rounded, within the float
+    // rounding of std::pow's value, and exactly the documented sequence of double operations.
+    std::mt19937_64 rng{std::random_device{}()};
+    for (int round = 0; round < 2000; ++round) {
+        const double beta = std::uniform_real_distribution<double>(0.5, 0.99999)(rng);
+        const auto step = static_cast<std::int64_t>(1 + rng() % (round < 1000 ? 100 : 10000000));
+        CAPTURE(beta);
+        CAPTURE(step);
+        double expected = 1.0;
+        double base = beta;
+        for (std::int64_t e = step; e > 0; e >>= 1) {  // the same binary powering, spelled out
+            if ((e & 1) != 0) expected *= base;
+            base *= base;
+        }
+        CHECK(cudarc_optim::fp64::power(beta, step) == expected);
+        // Each squaring doubles the relative error so far: at most (2 step + 64) roundings' worth, which
+        // keeps 1 - beta^step within 2^-52 / (1 - beta) relative (the note's bound).
+        const double exact = std::pow(beta, static_cast<double>(step));
+        const double error = std::abs(cudarc_optim::fp64::power(beta, step) - exact);
+        CHECK(error <= (2.0 * static_cast<double>(step) + 66.0) * 0x1p-53 * exact);
+        CHECK(error <= 0x1p-52 / (1.0 - beta) * (1.0 - exact));
+    }
+    CHECK(cudarc_optim::fp64::power(0.9, 0) == 1.0);
+    CHECK(cudarc_optim::fp64::power(0.9, 1) == 0.9);
+
+    StepInputs h = step_inputs(UpdateRule::adamw);
+    h.beta1 = 0.8;
+    h.beta2 = 0.99;
+    h.lr = 3e-3;
+    for (const std::int64_t step : {std::int64_t{1}, std::int64_t{2}, std::int64_t{77}, std::int64_t{100000},
+                                    std::int64_t{2147483647}}) {
+        CAPTURE(step);
+        h.step = step;
+        const abi::KernelParams k = kernel_params_of(UpdateRule::adamw, h);
+        const double b1 = cudarc_optim::fp64::power(0.8, step);
+        const double b2 = cudarc_optim::fp64::power(0.99, step);
+        CHECK(k.step == static_cast<int>(step));
+        CHECK(k.step_size == static_cast<float>(3e-3 / (1.0 - b1)));
+        CHECK(k.bias_correction2_sqrt == static_cast<float>(std::sqrt(1.0 - b2)));
+        // The step state a capturable step starts from derives the same values on the device.
+        abi::KernelParams derived = abi::make_step_settings(UpdateRule::adamw, h, h.grad_scale).params;
+        cudarc_optim::derive_step(cudarc_optim::kAdamW, abi::step_schedule(h), step, derived);
+        CHECK(std::memcmp(&derived, &k, sizeof(k)) == 0);
+    }
+    // Past the int range of OptimParams::step (a capturable step count only), step saturates; the derived
+    // values still follow the count.
+    abi::KernelParams far{};
+    cudarc_optim::derive_step(cudarc_optim::kAdagrad, abi::StepSchedule{1e-2, 0.9, 0.999, 1e-3},
+                              std::int64_t{1} << 40, far);
+    CHECK(far.step == 2147483647);
+    CHECK(far.step_size ==
+          static_cast<float>(1e-2 / (1.0 + (static_cast<double>(std::int64_t{1} << 40) - 1.0) * 1e-3)));
 }
 
 TEST_CASE("optim.abi_kernel_params_are_derived_in_double") {

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <iterator>
 #include <regex>
 #include <set>
 #include <string>
@@ -44,12 +45,15 @@ std::set<std::string> entry_points(const std::string& ptx) {
     return names;
 }
 
-// Every name expression of `precision`'s kernels (all rules and element types).
-std::vector<std::string> documented_names(StatePrecision precision) {
+// Every name expression of `precision`'s kernels (all rules and element types), of ordinary or of
+// capturable optimizers (store_step once per rule).
+std::vector<std::string> documented_names(StatePrecision precision, bool capturable = false) {
     std::vector<std::string> names;
     for (const UpdateRule rule : kRules) {
         for (const ElementType type : kTypes) {
-            for (const std::string& name : abi::kernel_names(rule, type, precision)) names.push_back(name);
+            for (const std::string& name : abi::kernel_names(rule, type, precision, capturable)) {
+                if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+            }
         }
     }
     return names;
@@ -86,6 +90,23 @@ TEST_CASE("optim.kernels_compile_and_export_every_documented_name") {
     }
 }
 
+TEST_CASE("optim.capturable_kernels_compile_and_export_every_documented_name") {
+    if (!have_nvrtc()) return;
+    for (StatePrecision precision : {StatePrecision::fp32, StatePrecision::blockwise8}) {
+        CAPTURE(cudarc::optim::to_string(precision));
+        const std::vector<std::string> names = documented_names(precision, true);
+        // Two passes of the capturable layout per rule and element type, and store_step per rule.
+        CHECK(names.size() == std::size(kRules) * (2 * std::size(kTypes) + 1));
+        cudarc::CompileOptions options;
+        options.arch = "compute_90";
+        const cudarc::CompiledProgram compiled =
+            cudarc::compile_embedded(std::string(abi::kKernelSource), options, names);
+        const std::set<std::string> symbols = lowered(compiled, names);
+        CHECK(symbols.size() == names.size());
+        CHECK(entry_points(compiled.ptx) == symbols);
+    }
+}
+
 TEST_CASE("optim.kernel_names_of_one_rule_type_and_precision_select_its_4_kernels") {
     if (!have_nvrtc()) return;
     for (StatePrecision precision : {StatePrecision::fp32, StatePrecision::blockwise8}) {
@@ -106,7 +127,8 @@ TEST_CASE("hip.hiprtc_compiles_every_optimizer_kernel") {
     if (hip_test::skipped_by_request()) return;
     for (StatePrecision precision : {StatePrecision::fp32, StatePrecision::blockwise8}) {
         CAPTURE(cudarc::optim::to_string(precision));
-        const std::vector<std::string> names = documented_names(precision);
+        std::vector<std::string> names = documented_names(precision);
+        for (const std::string& name : documented_names(precision, true)) names.push_back(name);
         cudarc::CompileOptions options;
         options.backend = cudarc::Backend::hip;
         options.arch = "gfx90a";

@@ -48,6 +48,12 @@ struct OptimizerOptions {
     StatePlacement placement = StatePlacement::device;
     // Multi-tensor steps cut tensors into chunks of at most this many elements, each taken by one CUDA block.
     std::int64_t max_chunk_elements = 16384;
+    // Keeps each group's step count and hyper-parameters in device memory, like torch's capturable=True,
+    // so that a step captured into a graph is a new step at every replay (the kernels advance the count).
+    // Its setters then take a stream (set_options(stream, ...), an asynchronous upload), its step count is
+    // read back with step_count(stream, group), and its groups are stepped whole. Without it a step
+    // cannot be captured (every replay would repeat the captured step).
+    bool capturable = false;
 };
 
 }  // namespace cudarc::optim
