@@ -115,9 +115,21 @@ struct StepSettings {
                                               double grad_scale);
 [[nodiscard]] StepSchedule step_schedule(const GroupOptions& options) noexcept;
 
-// The code map for state 1 or 2: signed for first moments and momentum, unsigned for second moments
-// (Adam's state2, RMSprop's square average, Adagrad's sum of squares), which are never negative.
+// The code map for state 1, 2 or 3: signed for first moments and momentum (AdEMAMix's slow EMA, state 3,
+// included), unsigned for second moments (state 2, RMSprop's square average, Adagrad's sum of squares),
+// which are never negative.
 [[nodiscard]] MapSign state_map(UpdateRule rule, int state) noexcept;
+
+// The sums per tile and tensor of a rule's first pass (max_unorm's, or the trust ratio's): 1 (the squared
+// update norm) or, for LAMB and LARS, 2 (and the squared parameter norm).
+[[nodiscard]] constexpr int norm_count(UpdateRule rule) noexcept {
+    return cudarc_optim::norm_count(static_cast<int>(rule));
+}
+// Whether every step of `rule` launches the first pass (LAMB and LARS: their trust ratios), whatever
+// max_unorm is.
+[[nodiscard]] constexpr bool always_two_passes(UpdateRule rule) noexcept {
+    return cudarc_optim::uses_trust_ratio(static_cast<int>(rule));
+}
 
 [[nodiscard]] constexpr std::int64_t absmax_count(std::int64_t numel) noexcept {
     return (numel + kQuantBlock - 1) / kQuantBlock;
@@ -125,15 +137,16 @@ struct StepSettings {
 [[nodiscard]] constexpr std::int64_t tile_count(std::int64_t numel, StatePrecision precision) noexcept {
     return (numel + tile_elements(precision) - 1) / tile_elements(precision);
 }
-// Floats in one tensor's max_unorm workspace: the squared norm, then one partial sum per tile.
-[[nodiscard]] constexpr std::int64_t unorm_workspace_floats(std::int64_t numel,
-                                                            StatePrecision precision) noexcept {
-    return 1 + tile_count(numel, precision);
+// Floats in one tensor's first-pass workspace: the `norms` sums, then `norms` partial sums per tile.
+[[nodiscard]] constexpr std::int64_t unorm_workspace_floats(std::int64_t numel, StatePrecision precision,
+                                                            int norms = 1) noexcept {
+    return norms * (1 + tile_count(numel, precision));
 }
 
-// Dynamic shared memory for the update pass of (precision, type) on a device of compute capability
-// `major` (CUDA; 0 for HIP): the 8-bit kernels' tile buffers on sm_90 and later, else 0.
-[[nodiscard]] std::size_t dynamic_shared_bytes(StatePrecision precision, ElementType type,
+// Dynamic shared memory for the update pass of (rule, precision, type) on a device of compute capability
+// `major` (CUDA; 0 for HIP): the 8-bit kernels' tile buffers on sm_90 and later (three states' for
+// AdEMAMix, two otherwise), else 0.
+[[nodiscard]] std::size_t dynamic_shared_bytes(UpdateRule rule, StatePrecision precision, ElementType type,
                                                int major) noexcept;
 // Threads per block of the update pass: kBlockThreads plus the producer warp of the 8-bit kernels'
 // tile copies on sm_90 and later.

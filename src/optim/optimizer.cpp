@@ -203,7 +203,8 @@ const KernelSet& OptimizerState::kernels_for(ElementType type) {
     }
     if (precision == StatePrecision::blockwise8) {
         const int major = device.backend() == Backend::cuda ? device.compute_capability().major : 0;
-        set.update_shared_bytes = static_cast<unsigned>(abi::dynamic_shared_bytes(precision, type, major));
+        set.update_shared_bytes =
+            static_cast<unsigned>(abi::dynamic_shared_bytes(options.rule, precision, type, major));
         set.update_block_threads = abi::update_block_threads(precision, major);
         if (set.update_shared_bytes > 0) {
             for (const Function* f : updates) f->set_max_dynamic_shared_memory(set.update_shared_bytes);
@@ -252,9 +253,9 @@ GroupId OptimizerState::add_group(Stream& stream, const GroupOptions& group_opti
     }
     auto group = std::make_unique<Group>();
     group->options = group_options;
-    group->state_count = state_arrays(options.rule, group_options.momentum);
-    group->layout =
-        plan_group(options.precision, group->state_count, types, numels, options.max_chunk_elements);
+    const StateShape shape = state_shape(options.rule, group_options.momentum);
+    group->state_count = shape.arrays;
+    group->layout = plan_group(options.precision, shape, types, numels, options.max_chunk_elements);
     // Compile (or load from the caches) before anything is allocated, so a failure leaves nothing behind.
     for (const BucketLayout& bucket : group->layout.buckets) static_cast<void>(kernels_for(bucket.type));
 
@@ -359,7 +360,7 @@ void OptimizerState::step_tensor(Stream& stream, GroupId id, std::size_t index, 
 
     prepare(stream, g, std::span<const ParamTensor>(&tensor, 1));
     if (placement == StatePlacement::managed) prefetch(stream, g.state.view(t.begin, t.end - t.begin));
-    if (params.max_unorm > 0.0f) {
+    if (params.max_unorm > 0.0f || abi::always_two_passes(options.rule)) {
         launch(stream, config, set.tensor_unorm, desc, params, map(1), map(2), flag, blocks_done);
     }
     launch(stream, update_config(config, set), set.tensor_update, desc, params, map(1), map(2), flag,
@@ -455,7 +456,7 @@ void OptimizerState::step_group(Stream& stream, GroupId id, std::span<const Para
                                                                   static_cast<int>(multiprocessors),
                                                                   set.resident_per_multiprocessor),
                                       kBlockThreads};
-            if (plan.params.max_unorm > 0.0f) {
+            if (plan.params.max_unorm > 0.0f || abi::always_two_passes(options.rule)) {
                 launch(stream, config, set.multi_unorm, descs, chunks, chunk_count, count, plan.params,
                        map(1), map(2), flag, blocks_done);
             }
@@ -472,7 +473,7 @@ void OptimizerState::launch_capturable_step(Stream& stream, Group& g) {
     auto* step = device_pointer<abi::StepState>(g.state.device_ptr() + g.layout.step_offset);
     // Note: the group's max_unorm stays on or off as it was added (set_options), so every step of it, and
     // every replay of a captured one, has the same launches.
-    const bool norm_pass = g.options.max_unorm > 0.0;
+    const bool norm_pass = g.options.max_unorm > 0.0 || abi::always_two_passes(options.rule);
     std::size_t last = 0;  // the bucket of the step's last launch, which advances the step
     for (std::size_t b = 0; b < g.layout.buckets.size(); ++b) {
         if (!g.layout.buckets[b].chunks.empty()) last = b;
@@ -719,19 +720,24 @@ std::vector<StateRegion> state_regions(const detail::TensorLayout& t, StatePreci
     const auto n = static_cast<std::size_t>(t.numel);
     const auto blocks = static_cast<std::size_t>(abi::absmax_count(t.numel));
     std::vector<StateRegion> regions;
-    auto add = [&](std::size_t offset, auto& vector, std::size_t count) {
-        if (resize) vector.assign(offset == detail::kNoRegion ? 0 : count, {});
-        if (offset != detail::kNoRegion) {
-            regions.push_back(StateRegion{offset, count * sizeof(vector[0]), vector.data()});
-        }
+    // `second`: where the host array's second half lives (AdEMAMix's slow EMA, after its fast one, as
+    // bitsandbytes stacks them), or kNoRegion for an array of `count` values.
+    auto add = [&](std::size_t offset, auto& vector, std::size_t count,
+                   std::size_t second = detail::kNoRegion) {
+        const std::size_t halves = second == detail::kNoRegion ? 1 : 2;
+        if (resize) vector.assign(offset == detail::kNoRegion ? 0 : halves * count, {});
+        if (offset == detail::kNoRegion) return;
+        const std::size_t bytes = count * sizeof(vector[0]);
+        regions.push_back(StateRegion{offset, bytes, vector.data()});
+        if (halves == 2) regions.push_back(StateRegion{second, bytes, vector.data() + count});
     };
     if (precision == StatePrecision::fp32) {
-        add(t.state1, s.state1, n);
+        add(t.state1, s.state1, n, t.state3);
         add(t.state2, s.state2, n);
     } else {
-        add(t.state1, s.codes1, n);
+        add(t.state1, s.codes1, n, t.state3);
         add(t.state2, s.codes2, n);
-        add(t.absmax1, s.absmax1, blocks);
+        add(t.absmax1, s.absmax1, blocks, t.absmax3);
         add(t.absmax2, s.absmax2, blocks);
     }
     return regions;

@@ -39,8 +39,9 @@ using optim::UpdateRule;
 namespace reference = optim::reference;
 namespace abi = optim::abi;
 
-constexpr UpdateRule kRules[] = {UpdateRule::adam, UpdateRule::adamw,   UpdateRule::sgd,
-                                 UpdateRule::lion, UpdateRule::rmsprop, UpdateRule::adagrad};
+constexpr UpdateRule kRules[] = {UpdateRule::adam,     UpdateRule::adamw,   UpdateRule::sgd,
+                                 UpdateRule::lion,     UpdateRule::rmsprop, UpdateRule::adagrad,
+                                 UpdateRule::ademamix, UpdateRule::lamb,    UpdateRule::lars};
 constexpr ElementType kTypes[] = {ElementType::fp32, ElementType::fp16, ElementType::bf16};
 constexpr StatePrecision kPrecisions[] = {StatePrecision::fp32, StatePrecision::blockwise8};
 
@@ -123,13 +124,31 @@ GroupOptions random_options(UpdateRule rule) {
     }
     o.alpha = uniform(0.9, 0.99);
     o.lr_decay = pick(2) == 0 ? 0.0 : uniform(0.0, 0.01);
+    if (rule == UpdateRule::ademamix) {
+        // The slow EMA's weight and decay, and warm-ups that are under way, over, or absent at the step
+        // tested (steps_before is at most 40).
+        o.alpha = uniform(1.0, 8.0);
+        o.beta3 = uniform(0.99, 0.9999);
+        o.t_alpha = pick(3) == 0 ? 0 : static_cast<std::int64_t>(1 + pick(60));
+        o.t_beta3 = pick(3) == 0 ? 0 : static_cast<std::int64_t>(1 + pick(60));
+    }
+    if (rule == UpdateRule::lars) {
+        o.momentum = pick(4) == 0 ? 0.0 : uniform(0.5, 0.95);
+        o.trust_coefficient = uniform(0.005, 0.05);
+    }
     return o;
 }
 
-// A random starting state in the ranges training produces (second moments are never negative).
+bool uses_trust_ratio(UpdateRule rule) {
+    return rule == UpdateRule::lamb || rule == UpdateRule::lars;
+}
+
+// A random starting state in the ranges training produces (second moments are never negative). AdEMAMix's
+// slow EMA follows its fast one in state1 (codes1, absmax1), as TensorState stacks them.
 TensorState random_state(UpdateRule rule, StatePrecision precision, int state_count, std::size_t n) {
     TensorState s;
     const bool second_moment_first = rule == UpdateRule::rmsprop || rule == UpdateRule::adagrad;
+    const bool third = rule == UpdateRule::ademamix;
     auto values = [&](bool nonnegative, double scale) {
         std::vector<float> v(n);
         for (auto& x : v) x = static_cast<float>(nonnegative ? uniform(0.0, scale) : uniform(-scale, scale));
@@ -139,8 +158,10 @@ TensorState random_state(UpdateRule rule, StatePrecision precision, int state_co
                                       ? values(second_moment_first, second_moment_first ? 1e-2 : 0.05)
                                       : std::vector<float>{};
     const std::vector<float> s2 = state_count >= 2 ? values(true, 1e-3) : std::vector<float>{};
+    const std::vector<float> s3 = third ? values(false, 0.05) : std::vector<float>{};
     if (precision == StatePrecision::fp32) {
         s.state1 = s1;
+        s.state1.insert(s.state1.end(), s3.begin(), s3.end());
         s.state2 = s2;
         return s;
     }
@@ -148,6 +169,11 @@ TensorState random_state(UpdateRule rule, StatePrecision precision, int state_co
         auto q = optim::quantize_blockwise(s1, optim::dynamic_map(abi::state_map(rule, 1)));
         s.codes1 = std::move(q.codes);
         s.absmax1 = std::move(q.absmax);
+    }
+    if (third) {
+        auto q = optim::quantize_blockwise(s3, optim::dynamic_map(abi::state_map(rule, 3)));
+        s.codes1.insert(s.codes1.end(), q.codes.begin(), q.codes.end());
+        s.absmax1.insert(s.absmax1.end(), q.absmax.begin(), q.absmax.end());
     }
     if (state_count >= 2) {
         auto q = optim::quantize_blockwise(s2, optim::dynamic_map(abi::state_map(rule, 2)));
@@ -187,9 +213,10 @@ Problem make_problem(UpdateRule rule, StatePrecision precision, std::vector<Elem
         p.states.push_back(p.steps_before == 0 ? TensorState{}
                                                : random_state(rule, precision, p.state_count(), n));
     }
-    if (clip) {
+    if (clip && !uses_trust_ratio(rule)) {
         // A fraction of the update norm the step would have (about lr per element for most rules), so the
-        // clipping is active for the large tensor and maybe not for the tiny one.
+        // clipping is active for the large tensor and maybe not for the tiny one. (LAMB and LARS scale by
+        // their trust ratios instead.)
         p.options.max_unorm = p.options.lr * std::sqrt(static_cast<double>(total)) * uniform(0.02, 0.2);
     }
     return p;
@@ -519,18 +546,23 @@ void compare_with_reference(const Problem& p, const Outcome& device, bool expect
         const bool zero_start = p.steps_before == 0;
         Mismatches bad;
 
+        // AdEMAMix's slow EMA: state1's (codes1's, absmax1's) second half on the device.
+        const bool third = p.rule == UpdateRule::ademamix;
         if (p.precision == StatePrecision::fp32) {
             std::vector<double> s1(states >= 1 ? n : 0, 0.0);
             std::vector<double> s2(states >= 2 ? n : 0, 0.0);
+            std::vector<double> s3(third ? n : 0, 0.0);
             if (!zero_start) {
                 for (std::size_t i = 0; i < s1.size(); ++i) s1[i] = start.state1[i];
                 for (std::size_t i = 0; i < s2.size(); ++i) s2[i] = start.state2[i];
+                for (std::size_t i = 0; i < s3.size(); ++i) s3[i] = start.state1[n + i];
             }
             const std::vector<double> old1 = s1;
             const std::vector<double> old2 = s2;
-            const reference::StepReport report = reference::step(p.rule, kp, param, grad, s1, s2);
+            const std::vector<double> old3 = s3;
+            const reference::StepReport report = reference::step(p.rule, kp, param, grad, s1, s2, s3);
             clipped_somewhere = clipped_somewhere || report.update_scale < 1.0;
-            REQUIRE(device.states[t].state1.size() == s1.size());
+            REQUIRE(device.states[t].state1.size() == s1.size() + s3.size());
             REQUIRE(device.states[t].state2.size() == s2.size());
             const double wd = kp.weight_decay;
             for (std::size_t i = 0; i < n; ++i) {
@@ -538,28 +570,39 @@ void compare_with_reference(const Problem& p, const Outcome& device, bool expect
                 const double g = std::isfinite(scaled) ? scaled : 0.0;
                 // Magnitudes a float computation of this element rounds against.
                 const double magnitude = std::abs(g) + g * g + wd * std::abs(old_param[i]);
-                auto check_state = [&](const std::vector<float>& dev, double old, double expected,
-                                       const char* name) {
+                auto check_state = [&](const std::vector<float>& dev, std::size_t at, double old,
+                                       double expected, const char* name) {
                     const double tol = 2e-5 * (std::abs(old) + magnitude + std::abs(expected)) + 1e-30;
-                    if (!(std::abs(static_cast<double>(dev[i]) - expected) <= tol)) {
-                        bad.add(fmt::format("{}[{}]: device {} reference {} (was {}, g {})", name, i, dev[i],
+                    if (!(std::abs(static_cast<double>(dev[at]) - expected) <= tol)) {
+                        bad.add(fmt::format("{}[{}]: device {} reference {} (was {}, g {})", name, i, dev[at],
                                             expected, old, g));
                     }
                 };
-                if (states >= 1) check_state(device.states[t].state1, old1[i], s1[i], "state1");
-                if (states >= 2) check_state(device.states[t].state2, old2[i], s2[i], "state2");
+                if (states >= 1) check_state(device.states[t].state1, i, old1[i], s1[i], "state1");
+                if (states >= 2) check_state(device.states[t].state2, i, old2[i], s2[i], "state2");
+                if (third) check_state(device.states[t].state1, n + i, old3[i], s3[i], "state3");
             }
         } else {
             reference::QuantizedState q1(abi::state_map(p.rule, 1), n);
             reference::QuantizedState q2(abi::state_map(p.rule, 2), n);
+            reference::QuantizedState q3(abi::state_map(p.rule, 3), n);
+            const std::size_t blocks = q1.absmax.size();
             if (!zero_start) {
-                q1.codes = start.codes1;
-                q1.absmax = start.absmax1;
+                q1.codes.assign(start.codes1.begin(), start.codes1.begin() + static_cast<std::ptrdiff_t>(n));
+                q1.absmax.assign(start.absmax1.begin(),
+                                 start.absmax1.begin() + static_cast<std::ptrdiff_t>(blocks));
                 q2.codes = start.codes2;
                 q2.absmax = start.absmax2;
+                if (third) {
+                    q3.codes.assign(start.codes1.begin() + static_cast<std::ptrdiff_t>(n),
+                                    start.codes1.end());
+                    q3.absmax.assign(start.absmax1.begin() + static_cast<std::ptrdiff_t>(blocks),
+                                     start.absmax1.end());
+                }
             }
-            const reference::StepReport report = reference::step_8bit(
-                p.rule, kp, param, grad, states >= 1 ? &q1 : nullptr, states >= 2 ? &q2 : nullptr);
+            const reference::StepReport report =
+                reference::step_8bit(p.rule, kp, param, grad, states >= 1 ? &q1 : nullptr,
+                                     states >= 2 ? &q2 : nullptr, third ? &q3 : nullptr);
             clipped_somewhere = clipped_somewhere || report.update_scale < 1.0;
             auto check_quantized = [&](const reference::QuantizedState& q,
                                        const std::vector<std::uint8_t>& codes,
@@ -580,8 +623,25 @@ void compare_with_reference(const Problem& p, const Outcome& device, bool expect
                     }
                 }
             };
-            if (states >= 1) check_quantized(q1, device.states[t].codes1, device.states[t].absmax1, "state1");
+            // (The device's codes1 and absmax1 hold AdEMAMix's slow EMA after its fast one.)
+            auto half = [&](const auto& v, std::size_t count, bool second) {
+                const auto first = v.begin() + static_cast<std::ptrdiff_t>(second ? count : 0);
+                return std::vector<typename std::decay_t<decltype(v)>::value_type>(
+                    first, first + static_cast<std::ptrdiff_t>(std::min(count, v.size())));
+            };
+            if (third) {
+                REQUIRE(device.states[t].codes1.size() == 2 * n);
+                REQUIRE(device.states[t].absmax1.size() == 2 * blocks);
+            }
+            if (states >= 1) {
+                check_quantized(q1, half(device.states[t].codes1, n, false),
+                                half(device.states[t].absmax1, blocks, false), "state1");
+            }
             if (states >= 2) check_quantized(q2, device.states[t].codes2, device.states[t].absmax2, "state2");
+            if (third) {
+                check_quantized(q3, half(device.states[t].codes1, n, true),
+                                half(device.states[t].absmax1, blocks, true), "state3");
+            }
         }
 
         // Parameters: fp16/bf16 within one unit in the last place of the rounded reference; fp32 within
@@ -624,7 +684,9 @@ TEST_CASE("optim.every_rule_type_and_precision_matches_the_reference") {
     for (const UpdateRule rule : kRules) {
         for (const ElementType type : kTypes) {
             for (const StatePrecision precision : kPrecisions) {
+                if (!optim::supports(rule, precision)) continue;  // (LAMB and LARS: 32-bit state only)
                 for (const bool clip : {false, true}) {
+                    if (clip && uses_trust_ratio(rule)) continue;  // (they scale by their trust ratios)
                     const std::string name = case_name(rule, type, precision);
                     CAPTURE(name);
                     const Problem p = make_problem(rule, precision, {type, type, type}, clip);
@@ -673,6 +735,22 @@ TEST_CASE("optim.all_ways_of_running_a_step_agree_bitwise") {
          {ElementType::bf16, ElementType::bf16, ElementType::bf16},
          StatePrecision::fp32,
          true},
+        {UpdateRule::ademamix,
+         {ElementType::bf16, ElementType::fp32, ElementType::fp16},
+         StatePrecision::blockwise8,
+         true},
+        {UpdateRule::ademamix,
+         {ElementType::fp32, ElementType::bf16, ElementType::fp32},
+         StatePrecision::fp32,
+         false},
+        {UpdateRule::lamb,
+         {ElementType::fp32, ElementType::bf16, ElementType::fp16},
+         StatePrecision::fp32,
+         false},
+        {UpdateRule::lars,
+         {ElementType::bf16, ElementType::fp32, ElementType::fp32},
+         StatePrecision::fp32,
+         false},
     };
     for (const Case& c : cases) {
         const Problem p = make_problem(c.rule, c.precision, c.types, c.clip);
@@ -690,40 +768,45 @@ TEST_CASE("optim.all_ways_of_running_a_step_agree_bitwise") {
 TEST_CASE("optim.step_reads_the_gradient_written_behind_pending_work") {
     auto device = Device::open(0);
     test::SpinKernel spin(device);
-    for (const StatePrecision precision : kPrecisions) {
-        for (const ElementType type : {ElementType::fp32, ElementType::bf16}) {
-            const Problem p = make_problem(UpdateRule::adamw, precision, {type, type, type},
-                                           precision == StatePrecision::fp32);
-            const std::string description = p.describe();
-            CAPTURE(description);
-            const Outcome ungated = run(device, p, Variant::multi_tensor);
+    for (const UpdateRule rule :
+         {UpdateRule::adamw, UpdateRule::ademamix, UpdateRule::lamb, UpdateRule::lars}) {
+        for (const StatePrecision precision : kPrecisions) {
+            if (!optim::supports(rule, precision)) continue;
+            for (const ElementType type : {ElementType::fp32, ElementType::bf16}) {
+                // (LAMB's and LARS' first pass reads the gradient too.)
+                const Problem p =
+                    make_problem(rule, precision, {type, type, type}, precision == StatePrecision::fp32);
+                const std::string description = p.describe();
+                CAPTURE(description);
+                const Outcome ungated = run(device, p, Variant::multi_tensor);
 
-            // The gradient buffers hold poison until the delayed write lands; reading poison would skip every
-            // element (NaN) and set the non-finite flag.
-            Problem poisoned = p;
-            for (std::size_t t = 0; t < p.grads.size(); ++t) {
-                std::fill(poisoned.grads[t].begin(), poisoned.grads[t].end(), poison_word(type));
-            }
-            for (const bool other_stream : {false, true}) {
-                CAPTURE(other_stream);
-                Stream stream = device.create_stream();
-                Stream writer = device.create_stream();
-                Setup s(stream, poisoned);
-                Stream& producer = other_stream ? writer : stream;
-                std::vector<DeviceTensor> fresh = Setup::upload(producer, p);  // the new gradients
-                device.synchronize();
-                spin.launch(producer, spin.cycles_for_ms(200.0));
-                for (std::size_t t = 0; t < s.device.size(); ++t)
-                    s.device[t].copy_grad_from(producer, fresh[t]);
-                const Counters before = device.counters();
-                s.optimizer.step(stream, s.group, s.tensors);
-                check_no_host_synchronization(device.counters() - before);
-                // The step was enqueued while the gradient was still being produced. Note: a warning, not a
-                // check: under compute-sanitizer a launch may return only once the kernel has finished.
-                WARN_FALSE(producer.query());
-                const Outcome gated = s.read(stream);
-                check_identical(ungated, gated);
-                CHECK_FALSE(s.optimizer.nonfinite_seen(stream));
+                // The gradient buffers hold poison until the delayed write lands; reading poison would skip
+                // every element (NaN) and set the non-finite flag.
+                Problem poisoned = p;
+                for (std::size_t t = 0; t < p.grads.size(); ++t) {
+                    std::fill(poisoned.grads[t].begin(), poisoned.grads[t].end(), poison_word(type));
+                }
+                for (const bool other_stream : {false, true}) {
+                    CAPTURE(other_stream);
+                    Stream stream = device.create_stream();
+                    Stream writer = device.create_stream();
+                    Setup s(stream, poisoned);
+                    Stream& producer = other_stream ? writer : stream;
+                    std::vector<DeviceTensor> fresh = Setup::upload(producer, p);  // the new gradients
+                    device.synchronize();
+                    spin.launch(producer, spin.cycles_for_ms(200.0));
+                    for (std::size_t t = 0; t < s.device.size(); ++t)
+                        s.device[t].copy_grad_from(producer, fresh[t]);
+                    const Counters before = device.counters();
+                    s.optimizer.step(stream, s.group, s.tensors);
+                    check_no_host_synchronization(device.counters() - before);
+                    // The step was enqueued while the gradient was still being produced. Note: a warning, not
+                    // a check: under compute-sanitizer a launch may return only once the kernel has finished.
+                    WARN_FALSE(producer.query());
+                    const Outcome gated = s.read(stream);
+                    check_identical(ungated, gated);
+                    CHECK_FALSE(s.optimizer.nonfinite_seen(stream));
+                }
             }
         }
     }
@@ -740,7 +823,11 @@ TEST_CASE("optim.nonfinite_gradient_leaves_its_element_and_sets_the_flag") {
                           {UpdateRule::lion, ElementType::bf16, StatePrecision::blockwise8},
                           {UpdateRule::sgd, ElementType::fp16, StatePrecision::fp32},
                           {UpdateRule::rmsprop, ElementType::fp32, StatePrecision::blockwise8},
-                          {UpdateRule::adamw, ElementType::fp16, StatePrecision::blockwise8}};
+                          {UpdateRule::adamw, ElementType::fp16, StatePrecision::blockwise8},
+                          {UpdateRule::ademamix, ElementType::bf16, StatePrecision::blockwise8},
+                          {UpdateRule::ademamix, ElementType::fp32, StatePrecision::fp32},
+                          {UpdateRule::lamb, ElementType::fp32, StatePrecision::fp32},
+                          {UpdateRule::lars, ElementType::fp16, StatePrecision::fp32}};
     for (const Case& c : cases) {
         const std::string name = case_name(c.rule, c.type, c.precision);
         CAPTURE(name);
@@ -1025,6 +1112,7 @@ TEST_CASE("optim.replays_of_a_captured_step_equal_direct_steps_bitwise") {
     int case_index = 0;
     for (const UpdateRule rule : kRules) {
         for (const StatePrecision precision : kPrecisions) {
+            if (!optim::supports(rule, precision)) continue;
             for (const ElementType type : {ElementType::fp32, ElementType::bf16}) {
                 const std::string name = case_name(rule, type, precision);
                 CAPTURE(name);
@@ -1162,4 +1250,19 @@ TEST_CASE("optim.capture_needs_a_capturable_optimizer_and_capturable_ones_refuse
     s.optimizer.step(stream, s.group, s.tensors);
     check_no_host_synchronization(device.counters() - before);
     check_identical(expected, s.read(stream));
+}
+
+TEST_CASE("optim.paged_state_serves_every_rule_bitwise") {
+    // Paged (managed) state for every rule and state precision: the same bits as device memory.
+    auto device = Device::open(0);
+    for (const UpdateRule rule : kRules) {
+        for (const StatePrecision precision : kPrecisions) {
+            if (!optim::supports(rule, precision)) continue;
+            const std::string name = case_name(rule, ElementType::bf16, precision);
+            CAPTURE(name);
+            const Problem p = make_problem(rule, precision,
+                                           {ElementType::bf16, ElementType::fp32, ElementType::fp16}, false);
+            check_identical(run(device, p, Variant::multi_tensor), run(device, p, Variant::paged_state));
+        }
+    }
 }

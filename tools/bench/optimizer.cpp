@@ -3,7 +3,10 @@
 // graph-replayed steps, all in one run, and a device-to-device copy as the bandwidth yardstick.
 //
 //     cudarc-bench optimizer --inventories 32,256,1024 --dtypes fp16,bf16,fp32 --bits 8,32
-//                            --warmups 10 --rounds 7 --output results.jsonl
+//                            --warmups 10 --rounds 7 --output results.jsonl --rule adamw
+//
+// --rule: adam, adamw (the default), sgd, lion, rmsprop, adagrad, ademamix, lamb or lars, with its
+// default_options (LAMB and LARS: 32-bit state only; their 8-bit cells are left out).
 //
 // Cells: for each inventory N, dtype and state width, N tensors whose sizes cycle 4096, 8192, 16384,
 // 32768 elements; then 1024 tensors of 256K elements and one tensor of 256M elements (--cells
@@ -45,7 +48,6 @@
 #include "cudarc_testing/optim/legacy_step.hpp"
 #include "cudarc_testing/optim/reference.hpp"
 #include "cudarc_testing/optim/traffic.hpp"
-#include "optim/group_layout.hpp"
 
 namespace cudarc::bench {
 namespace {
@@ -228,11 +230,10 @@ CellResult OptimizerBench::run(const CellSpec& spec) {
     CellResult result;
     result.spec = spec;
     const optim::GroupOptions options = optim::default_options(rule_);
-    const int state_arrays = optim::detail::state_arrays(rule_, options.momentum);
+    const testing::StepShape shape = testing::step_shape(rule_, options);
     for (const std::int64_t n : spec.sizes) {
         result.elements += n;
-        result.bytes_per_step +=
-            testing::step_traffic(spec.type, spec.precision, state_arrays, n, false).total();
+        result.bytes_per_step += testing::step_traffic(spec.type, spec.precision, shape, n).total();
     }
 
     // Fresh random data: parameters in [-1, 1], gradients in [-0.1, 0.1].
@@ -359,7 +360,7 @@ int run_optimizer(const Options& options) {
     const std::string rule_name = options.get("rule", "adamw");
     optim::UpdateRule rule = optim::UpdateRule::adamw;
     bool known_rule = false;
-    for (int r = 0; r <= static_cast<int>(optim::UpdateRule::adagrad); ++r) {
+    for (int r = 0; r <= static_cast<int>(optim::kLastUpdateRule); ++r) {
         if (optim::to_string(static_cast<optim::UpdateRule>(r)) == rule_name) {
             rule = static_cast<optim::UpdateRule>(r);
             known_rule = true;
@@ -394,6 +395,8 @@ int run_optimizer(const Options& options) {
             throw Error(fmt::format("--bits: unknown state width '{}' (8, 32)", item));
         }
     }
+    // (LAMB and LARS keep 32-bit state only.)
+    std::erase_if(precisions, [&](StatePrecision p) { return !optim::supports(rule, p); });
     const auto cell_kinds = options.get_list("cells", "small,mid,huge");
     auto wants = [&](const char* kind) {
         return std::find(cell_kinds.begin(), cell_kinds.end(), kind) != cell_kinds.end();
@@ -463,7 +466,7 @@ int run_optimizer(const Options& options) {
     std::vector<double> small_ratios;
     std::vector<std::string> targets;
     std::size_t total_mismatches = 0;
-    const int state_arrays = optim::detail::state_arrays(rule, optim::default_options(rule).momentum);
+    const int state_arrays = testing::step_shape(rule, optim::default_options(rule)).state_arrays;
     for (const CellSpec& spec : specs) {
         const std::string type_name(optim::to_string(spec.type));
         const char* bits = spec.precision == StatePrecision::blockwise8 ? "8" : "32";

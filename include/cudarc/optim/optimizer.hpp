@@ -1,5 +1,6 @@
-// cudarc::optim::Optimizer — stream-aware optimizer steps (Adam, AdamW, SGD, Lion, RMSprop, Adagrad) with
-// 32-bit or 8-bit blockwise state, on the caller's stream, with no host synchronization.
+// cudarc::optim::Optimizer — stream-aware optimizer steps (Adam, AdamW, SGD, Lion, RMSprop, Adagrad,
+// AdEMAMix, LAMB, LARS) with 32-bit or 8-bit blockwise state, on the caller's stream, with no host
+// synchronization.
 //
 //     namespace optim = cudarc::optim;
 //     optim::Optimizer opt(stream, {.rule = optim::UpdateRule::adamw,
@@ -35,9 +36,11 @@ enum class GroupId : std::size_t {};
 
 // One tensor's optimizer state on the host, as stored (for checkpoints and tests). Arrays the rule does
 // not keep are empty; fp32 state fills state1/state2, 8-bit state fills codes and absmax.
+// AdEMAMix keeps its fast and its slow EMA in state1 (codes1, absmax1), the fast one first, each as long
+// as it would be alone (bitsandbytes' stacked layout).
 struct TensorState {
     std::vector<float> state1;  // first moment / momentum / square average / sum of squares
-    std::vector<float> state2;  // Adam and AdamW's second moment
+    std::vector<float> state2;  // Adam's, AdamW's, AdEMAMix's and LAMB's second moment
     std::vector<std::uint8_t> codes1;
     std::vector<std::uint8_t> codes2;
     std::vector<float> absmax1;  // one per block of 256 elements
