@@ -84,10 +84,11 @@ std::vector<std::string> kernel_names(UpdateRule rule, ElementType type, StatePr
     return names;
 }
 
-StepSchedule step_schedule(const GroupOptions& options) noexcept {
-    // The logarithms only serve AdEMAMix's beta3 warm-up, which make_kernel_params accepts with positive
-    // betas alone.
-    const bool logs = options.beta1 > 0.0 && options.beta3 > 0.0;
+StepSchedule step_schedule(UpdateRule rule, const GroupOptions& options) noexcept {
+    // The logarithms serve AdEMAMix's beta3 warm-up alone (which make_kernel_params accepts with positive
+    // betas only); skipping them keeps the other rules' per-step host work as it was.
+    const bool logs =
+        rule == UpdateRule::ademamix && options.t_beta3 > 0 && options.beta1 > 0.0 && options.beta3 > 0.0;
     return StepSchedule{options.lr,
                         options.beta1,
                         options.beta2,
@@ -170,7 +171,7 @@ KernelParams make_kernel_params(UpdateRule rule, const GroupOptions& h, double g
     if (rule == UpdateRule::adamw || rule == UpdateRule::lion || rule == UpdateRule::ademamix) {
         k.decay = checked_float("1 - lr * weight_decay", 1.0 - h.lr * h.weight_decay);
     }
-    cudarc_optim::derive_step(static_cast<int>(rule), step_schedule(h), step_number, k);
+    cudarc_optim::derive_step(static_cast<int>(rule), step_schedule(rule, h), step_number, k);
     if (rule == UpdateRule::adam || rule == UpdateRule::adamw || rule == UpdateRule::ademamix ||
         rule == UpdateRule::lamb) {
         require(std::isfinite(k.step_size), "lr / (1 - beta1^step)", static_cast<double>(k.step_size),
@@ -187,7 +188,7 @@ KernelParams make_kernel_params(UpdateRule rule, const GroupOptions& h, double g
 StepSettings make_step_settings(UpdateRule rule, const GroupOptions& options, double grad_scale) {
     // Step 1 is each rule's extreme (its step size is largest, its bias correction smallest): options
     // valid there are valid at every later step.
-    return StepSettings{make_kernel_params(rule, options, grad_scale, 1), step_schedule(options)};
+    return StepSettings{make_kernel_params(rule, options, grad_scale, 1), step_schedule(rule, options)};
 }
 
 MapSign state_map(UpdateRule rule, int state) noexcept {

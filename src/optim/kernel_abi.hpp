@@ -113,7 +113,8 @@ struct StepSettings {
 };
 [[nodiscard]] StepSettings make_step_settings(UpdateRule rule, const GroupOptions& options,
                                               double grad_scale);
-[[nodiscard]] StepSchedule step_schedule(const GroupOptions& options) noexcept;
+// The options `rule`'s step values derive from (the logarithms only for AdEMAMix's beta3 warm-up).
+[[nodiscard]] StepSchedule step_schedule(UpdateRule rule, const GroupOptions& options) noexcept;
 
 // The code map for state 1, 2 or 3: signed for first moments and momentum (AdEMAMix's slow EMA, state 3,
 // included), unsigned for second moments (state 2, RMSprop's square average, Adagrad's sum of squares),

@@ -157,7 +157,8 @@ TEST_CASE("optim.abi_step_values_follow_the_documented_derivation") {
         CHECK(k.bias_correction2_sqrt == static_cast<float>(std::sqrt(1.0 - b2)));
         // The step state a capturable step starts from derives the same values on the device.
         abi::KernelParams derived = abi::make_step_settings(UpdateRule::adamw, h, h.grad_scale).params;
-        cudarc_optim::derive_step(cudarc_optim::kAdamW, abi::step_schedule(h), step, derived);
+        cudarc_optim::derive_step(cudarc_optim::kAdamW, abi::step_schedule(UpdateRule::adamw, h), step,
+                                  derived);
         CHECK(std::memcmp(&derived, &k, sizeof(k)) == 0);
     }
     // Past the int range of OptimParams::step (a capturable step count only), step saturates; the derived
