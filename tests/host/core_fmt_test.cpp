@@ -61,6 +61,14 @@ TEST_CASE("core.fmt_enumerations_by_name") {
     CHECK(fmt::format("{}", MemorySource::stream_ordered) == "stream_ordered");
     CHECK(fmt::format("{}", optim::ElementType::bf16) == "bf16");
     CHECK(fmt::format("{}", optim::UpdateRule::adamw) == "adamw");
+    CHECK(fmt::format("{}", optim::UpdateRule::ademamix) == "ademamix");
+    CHECK(fmt::format("{}", optim::UpdateRule::lamb) == "lamb");
+    CHECK(fmt::format("{}", optim::UpdateRule::lars) == "lars");
+    for (int r = 0; r <= static_cast<int>(optim::kLastUpdateRule); ++r) {
+        const auto rule = static_cast<optim::UpdateRule>(r);
+        CHECK(fmt::format("{}", rule) == optim::to_string(rule));
+        CHECK(optim::to_string(rule) != "unknown");  // every rule has its name
+    }
     CHECK(fmt::format("{}", optim::StatePrecision::blockwise8) == "8bit");
     CHECK(fmt::format("{}", optim::StatePrecision::fp32) == "fp32");
     // Enumerations take string specs.

@@ -3,7 +3,11 @@
 // graph-replayed steps, all in one run, and a device-to-device copy as the bandwidth yardstick.
 //
 //     cudarc-bench optimizer --inventories 32,256,1024 --dtypes fp16,bf16,fp32 --bits 8,32
-//                            --warmups 10 --rounds 7 --output results.jsonl
+//                            --warmups 10 --rounds 7 --output results.jsonl --rule adamw
+//
+// --rule: adam, adamw (the default), sgd, lion, rmsprop, adagrad, ademamix, lamb or lars, with its
+// default_options (LAMB and LARS: 32-bit state only; their 8-bit cells are left out, and --bits 8 alone is
+// an error).
 //
 // Cells: for each inventory N, dtype and state width, N tensors whose sizes cycle 4096, 8192, 16384,
 // 32768 elements; then 1024 tensors of 256K elements and one tensor of 256M elements (--cells
@@ -13,11 +17,12 @@
 //   legacy   per tensor on the legacy stream, cuCtxSynchronize after each (testing::LegacyStepper)
 //   current  per tensor on the caller's stream (Optimizer::step(stream, group, index, tensor))
 //   multi    one multi-tensor step of the group (one launch per pass)
-//   graph    a captured multi-tensor step, replayed
+//   graph    a capturable optimizer's multi-tensor step, captured once and replayed (each replay a new step)
 // Legacy and current rounds alternate A B A B for the first half of the rounds and B A B A for the
-// second; multi and graph likewise. Every step is timed as step number 1 (the step count is reset before
-// each), so a graph captured once replays exactly what the other variants run, and after timing every
-// variant's parameters and state are compared bitwise with the current variant's.
+// second; multi and graph likewise. Every variant takes the same number of steps from the same start (the
+// replays advance the capturable optimizer's step count on the device as the direct steps advance the
+// others'), so after timing every variant's parameters and state are compared bitwise with the current
+// variant's.
 //
 // Bytes per step (cudarc_testing/optim/traffic.hpp), per element: parameter read + write (2 x element size),
 // gradient read (element size), each fp32 state array read + write (8), each 8-bit state array code read +
@@ -45,7 +50,6 @@
 #include "cudarc_testing/optim/legacy_step.hpp"
 #include "cudarc_testing/optim/reference.hpp"
 #include "cudarc_testing/optim/traffic.hpp"
-#include "optim/group_layout.hpp"
 
 namespace cudarc::bench {
 namespace {
@@ -178,7 +182,6 @@ class OptimizerBench {
 
 template <typename T>
 void OptimizerBench::step(VariantRun<T>& run, Variant variant) {
-    run.optimizer->set_step_count(run.group, 0);  // every step is step 1 (see the header comment)
     switch (variant) {
         case Variant::legacy:
             for (std::size_t i = 0; i < run.tensors.size(); ++i) {
@@ -229,11 +232,10 @@ CellResult OptimizerBench::run(const CellSpec& spec) {
     CellResult result;
     result.spec = spec;
     const optim::GroupOptions options = optim::default_options(rule_);
-    const int state_arrays = optim::detail::state_arrays(rule_, options.momentum);
+    const testing::StepShape shape = testing::step_shape(rule_, options);
     for (const std::int64_t n : spec.sizes) {
         result.elements += n;
-        result.bytes_per_step +=
-            testing::step_traffic(spec.type, spec.precision, state_arrays, n, false).total();
+        result.bytes_per_step += testing::step_traffic(spec.type, spec.precision, shape, n).total();
     }
 
     // Fresh random data: parameters in [-1, 1], gradients in [-0.1, 0.1].
@@ -252,9 +254,10 @@ CellResult OptimizerBench::run(const CellSpec& spec) {
     }
 
     std::array<VariantRun<T>, 4> runs;
-    const optim::OptimizerOptions optimizer_options{rule_, spec.precision, optim::StatePlacement::device,
-                                                    16384};
-    for (auto& run : runs) {
+    for (std::size_t v = 0; v < runs.size(); ++v) {
+        auto& run = runs[v];
+        const optim::OptimizerOptions optimizer_options{rule_, spec.precision, optim::StatePlacement::device,
+                                                        16384, v == static_cast<std::size_t>(Variant::graph)};
         // Note: reserved, so the ParamTensors (which point at the slices' buffers) stay valid.
         run.params.reserve(spec.sizes.size());
         for (std::size_t i = 0; i < spec.sizes.size(); ++i) {
@@ -268,7 +271,6 @@ CellResult OptimizerBench::run(const CellSpec& spec) {
     initial.clear();
     auto& graph_run = runs[static_cast<std::size_t>(Variant::graph)];
     stream_.synchronize();
-    graph_run.optimizer->set_step_count(graph_run.group, 0);
     graph_run.graph.emplace(capture(
         stream_, [&](Stream& s) { graph_run.optimizer->step(s, graph_run.group, graph_run.tensors); }));
 
@@ -368,7 +370,7 @@ struct OptimizerArgs : CommonArgs {
 
 std::vector<std::string> rule_names() {
     std::vector<std::string> names;
-    for (int r = 0; r <= static_cast<int>(optim::UpdateRule::adagrad); ++r)
+    for (int r = 0; r <= static_cast<int>(optim::kLastUpdateRule); ++r)
         names.emplace_back(optim::to_string(static_cast<optim::UpdateRule>(r)));
     return names;
 }
@@ -379,7 +381,7 @@ int run_optimizer(const OptimizerArgs& args) {
     const int rounds = args.rounds;
     const double max_gb = static_cast<double>(args.max_gb);
     optim::UpdateRule rule = optim::UpdateRule::adamw;
-    for (int r = 0; r <= static_cast<int>(optim::UpdateRule::adagrad); ++r) {
+    for (int r = 0; r <= static_cast<int>(optim::kLastUpdateRule); ++r) {
         if (optim::to_string(static_cast<optim::UpdateRule>(r)) == args.rule)
             rule = static_cast<optim::UpdateRule>(r);
     }
@@ -393,6 +395,10 @@ int run_optimizer(const OptimizerArgs& args) {
     std::vector<StatePrecision> precisions;
     for (const auto& item : args.bits)
         precisions.push_back(item == "8" ? StatePrecision::blockwise8 : StatePrecision::fp32);
+    // (LAMB and LARS keep 32-bit state only.)
+    std::erase_if(precisions, [&](StatePrecision p) { return !optim::supports(rule, p); });
+    if (precisions.empty())
+        throw Error(fmt::format("--rule {} keeps 32-bit state only: --bits 8 leaves no cells to run", rule));
     const auto& cell_kinds = args.cells;
     auto wants = [&](const char* kind) {
         return std::find(cell_kinds.begin(), cell_kinds.end(), kind) != cell_kinds.end();
@@ -461,7 +467,7 @@ int run_optimizer(const OptimizerArgs& args) {
     std::vector<double> small_ratios;
     std::vector<std::string> targets;
     std::size_t total_mismatches = 0;
-    const int state_arrays = optim::detail::state_arrays(rule, optim::default_options(rule).momentum);
+    const int state_arrays = testing::step_shape(rule, optim::default_options(rule)).state_arrays;
     // A cell's cost for the progress line, in estimated seconds: its steps (four variants, warm-ups and
     // rounds) at copy bandwidth over its bytes, plus a per-tensor launch-and-sync cost, plus the host fill.
     auto estimated_cost = [&](const CellSpec& spec) {
