@@ -25,7 +25,9 @@ int main() {
 
         cudarc::Program program(
             R"(extern "C" __global__ void scale(float* y, const float* x, float a, unsigned long long n) {
-    for (auto i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) y[i] = a * x[i];
+    // 64-bit index and stride: n may exceed 2^32 (a 32-bit index would wrap and never reach it).
+    const unsigned long long stride = 1ull * gridDim.x * blockDim.x;
+    for (unsigned long long i = 1ull * blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) y[i] = a * x[i];
 })",
             "scale.cu");
         auto module = cudarc::Module::compile(device, program);

@@ -13,8 +13,11 @@
 #include "optim_device.cuh"
 
 // Adding a rule needs no kernel list here: a value of UpdateRule (optim_common.cuh and the public enum)
-// and its arithmetic in update_element / update_8bit. A per-step parameter block in device memory would be
-// one more entry per layout that loads the block once and calls the same body.
+// and its arithmetic in update_element / update_8bit (and derive_step for values that follow the step).
+//
+// A capturable optimizer's steps (Note [Capturable steps], optim_device.cuh) launch the multi layout's
+// third entry, multi_step_capturable, which reads the step's parameters from an OptimStepState in device
+// memory, once per block, and advances it in the step's last launch; store_step writes that state.
 //
 // Note: __launch_bounds__ is a macro on HIP: its template arguments go in parentheses, or their comma
 // would split them.
@@ -53,6 +56,31 @@ __global__ void __launch_bounds__((LaunchBounds<kPrecision == kStateBlockwise8, 
                int* nonfinite_flag, unsigned* blocks_done) {
     multi_tensor_kernel<kRule, typename ElementOf<kElement>::type, kPrecision == kStateBlockwise8, kNormPass>(
         tensors, chunks, num_chunks, num_tensors, params, qmap1, qmap2, nonfinite_flag, blocks_done);
+}
+
+// The multi layout with the step's parameters in device memory: `step` instead of `params`, and `advance`
+// (nonzero in the step's last launch) to move the step on once every block has read it.
+template <int kRule, int kElement, int kPrecision, bool kNormPass>
+__global__ void __launch_bounds__((LaunchBounds<kPrecision == kStateBlockwise8, kNormPass>::threads),
+                                  (LaunchBounds<kPrecision == kStateBlockwise8, kNormPass>::min_blocks))
+    multi_step_capturable(const OptimTensor* tensors, const OptimChunk* chunks, int num_chunks,
+                          int num_tensors, OptimStepState* step, int advance, const QuantMapImage* qmap1,
+                          const QuantMapImage* qmap2, int* nonfinite_flag, unsigned* blocks_done) {
+    const OptimParams params = read_step<kRule>(step, advance != 0);
+    multi_tensor_kernel<kRule, typename ElementOf<kElement>::type, kPrecision == kStateBlockwise8, kNormPass>(
+        tensors, chunks, num_chunks, num_tensors, params, qmap1, qmap2, nonfinite_flag, blocks_done);
+}
+
+// Writes a capturable group's step state (one thread): `params`' option fields and `schedule` as given,
+// the step count when `count` >= 0 (else it stays), and the pending step's derived fields from them.
+template <int kRule>
+__global__ void store_step(OptimStepState* state, OptimParams params, StepSchedule schedule, i64 count) {
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    if (count >= 0) state->count = count;
+    derive_step(kRule, schedule, state->count + 1, params);
+    state->schedule = schedule;
+    state->params = params;
+    state->readers = 0u;
 }
 
 }  // namespace cudarc_optim

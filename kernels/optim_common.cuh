@@ -35,30 +35,45 @@ typedef unsigned char u8;
 // The optimizer's terms, numbered as the public enums cudarc::optim::UpdateRule, ElementType and
 // StatePrecision number them (src/optim/kernel_abi.cpp asserts it): the kernel templates take these
 // values as arguments (kernels/optim.cu).
-enum UpdateRule { kAdam = 0, kAdamW = 1, kSgd = 2, kLion = 3, kRmsprop = 4, kAdagrad = 5 };
+enum UpdateRule {
+    kAdam = 0,
+    kAdamW = 1,
+    kSgd = 2,
+    kLion = 3,
+    kRmsprop = 4,
+    kAdagrad = 5,
+    kAdemamix = 6,
+    kLamb = 7,
+    kLars = 8
+};
 enum ElementType { kFp32 = 0, kFp16 = 1, kBf16 = 2 };
 enum StatePrecision { kStateFp32 = 0, kStateBlockwise8 = 1 };
 
-// Hyper-parameters of one step. The last four fields are derived on the host from the others
-// (cudarc::optim::abi::make_kernel_params), in double, as torch does in Python.
+// Hyper-parameters of one step. step, inv_grad_scale, step_size, bias_correction2_sqrt and decay (and
+// AdEMAMix's alpha and beta3) are derived on the host from the others
+// (cudarc::optim::abi::make_kernel_params), in double, as torch does in Python; the ones that follow the step
+// by derive_step below. Note: rules whose needs are disjoint share two fields (accessors below), so the block
+// stays 68 bytes: it is passed by value to every launch, and 8 more bytes changed the register allocation of
+// the 8-bit multi-tensor kernels (docs/optimizers.md, "Kernel ABI").
 struct OptimParams {
-    float lr;                     // learning rate
-    float beta1;                  // Adam/AdamW/Lion
-    float beta2;                  // Adam/AdamW/Lion
-    float eps;                    // Adam/AdamW/RMSprop/Adagrad
-    float weight_decay;           // L2 (added to the gradient) or decoupled (AdamW, Lion)
-    float momentum;               // SGD
-    float dampening;              // SGD
-    float alpha;                  // RMSprop smoothing constant
-    float lr_decay;               // Adagrad
-    float grad_scale;             // the stored gradient is grad_scale times the true one (loss scaling)
-    float max_unorm;              // > 0: the update's L2 norm per tensor is clipped to this; 0: no clipping
-    int step;                     // 1-based number of this step (torch's state['step'] after its increment)
-    int nesterov;                 // SGD: nonzero for Nesterov momentum
-    float inv_grad_scale;         // float(1 / grad_scale)
-    float step_size;              // Adam/AdamW: lr / (1 - beta1^step); Adagrad: lr / (1 + (step-1) lr_decay)
-    float bias_correction2_sqrt;  // Adam/AdamW: sqrt(1 - beta2^step)
-    float decay;                  // AdamW/Lion: 1 - lr * weight_decay
+    float lr;              // learning rate
+    float beta1;           // Adam/AdamW/Lion/AdEMAMix/LAMB
+    float beta2;           // Adam/AdamW/Lion/AdEMAMix/LAMB
+    float eps;             // Adam/AdamW/RMSprop/Adagrad/AdEMAMix/LAMB
+    float weight_decay;    // L2 (added to the gradient), decoupled (AdamW/Lion/AdEMAMix), LAMB's, LARS'
+    float momentum;        // SGD, LARS
+    float dampening;       // SGD; LARS: its trust coefficient (trust_coefficient())
+    float alpha;           // RMSprop smoothing constant; AdEMAMix: this step's weight of the slow EMA
+    float lr_decay;        // Adagrad; AdEMAMix: this step's beta3 (slow_decay())
+    float grad_scale;      // the stored gradient is grad_scale times the true one (loss scaling)
+    float max_unorm;       // > 0: the update's L2 norm per tensor is clipped to this; 0: no clipping
+    int step;              // 1-based number of this step (torch's state['step'] after its increment)
+    int nesterov;          // SGD: nonzero for Nesterov momentum
+    float inv_grad_scale;  // float(1 / grad_scale)
+    float step_size;       // Adam/AdamW/AdEMAMix: lr / (1 - beta1^step); LAMB: 1 / (1 - beta1^step);
+                           // Adagrad: lr / (1 + (step-1) lr_decay)
+    float bias_correction2_sqrt;  // Adam/AdamW/AdEMAMix/LAMB: sqrt(1 - beta2^step)
+    float decay;                  // AdamW/Lion/AdEMAMix: 1 - lr * weight_decay
 };
 
 // One tensor: its parameter and gradient (same dtype), its state and, for max_unorm, its workspace.
@@ -84,6 +99,79 @@ static_assert(sizeof(OptimParams) == 68, "OptimParams layout changed: update doc
 static_assert(sizeof(OptimTensor) == 64, "OptimTensor layout changed: update docs/optimizers.md");
 static_assert(sizeof(OptimChunk) == 16, "OptimChunk layout changed: update docs/optimizers.md");
 
+// The options a step's derived values come from (derive_step), in double as the caller gave them (the
+// logarithms taken on the host with std::log, once per change of options).
+struct StepSchedule {
+    double lr;
+    double beta1;
+    double beta2;
+    double lr_decay;
+    double alpha;      // AdEMAMix: the slow EMA's final weight
+    double beta3;      // AdEMAMix: the slow EMA's final decay
+    double log_beta1;  // AdEMAMix with a beta3 warm-up: ln(beta1), ln(beta3)
+    double log_beta3;
+    double t_alpha;  // AdEMAMix: warm-up steps of alpha and beta3 (0: none)
+    double t_beta3;
+};
+
+// A capturable group's step in device memory (Note [Capturable steps], kernels/optim_device.cuh): the
+// capturable kernels read `params`, and the last block of a step's last launch to read them advances
+// `count` and derives the next step's `params` from `schedule`. The host writes it only through
+// store_step (kernels/optim.cu), in stream order.
+struct OptimStepState {
+    OptimParams params;     // the pending step's: step = count + 1
+    unsigned readers;       // blocks of the step's last launch that have read `params` (0 between steps)
+    i64 count;              // steps taken (torch's state['step'])
+    StepSchedule schedule;  // the options the derived fields of `params` come from
+};
+
+static_assert(sizeof(StepSchedule) == 80, "StepSchedule layout changed: update docs/optimizers.md");
+static_assert(sizeof(OptimStepState) == 160, "OptimStepState layout changed: update docs/optimizers.md");
+
+// The shared fields of OptimParams, by the names their rules use.
+CUDARC_OPTIM_FN float& trust_coefficient(OptimParams& p) {
+    return p.dampening;
+}
+CUDARC_OPTIM_FN float trust_coefficient(const OptimParams& p) {
+    return p.dampening;
+}
+CUDARC_OPTIM_FN float& slow_decay(OptimParams& p) {
+    return p.lr_decay;
+}
+CUDARC_OPTIM_FN float slow_decay(const OptimParams& p) {
+    return p.lr_decay;
+}
+
+// --- The state a rule keeps ---
+// state1: first moment / momentum / square average / sum of squares; AdEMAMix: its fast EMA m1 and, at
+// element state3_offset(numel) of the same array, its slow EMA m2 (with 8-bit state, m2's absmax values
+// start at absmax3_offset(numel) of absmax1). state2: the second moment (Adam, AdamW, AdEMAMix, LAMB).
+// The offsets keep m2 as aligned as m1 (256 elements and 64 absmax values), for vector loads and copies.
+constexpr CUDARC_OPTIM_FN i64 state3_offset(i64 numel) {
+    return (numel + 255) / 256 * 256;
+}
+constexpr CUDARC_OPTIM_FN i64 absmax3_offset(i64 numel) {
+    return ((numel + 255) / 256 + 63) / 64 * 64;
+}
+// Note: not constexpr (unlike the new predicates below): a constexpr uses_state2 let the front end fold
+// its tests earlier and changed the 8-bit kernels' code order.
+CUDARC_OPTIM_FN bool uses_state2(int rule) {
+    return rule == kAdam || rule == kAdamW || rule == kAdemamix || rule == kLamb;
+}
+constexpr CUDARC_OPTIM_FN bool uses_state3(int rule) {
+    return rule == kAdemamix;
+}
+// LAMB and LARS scale each tensor's update by a trust ratio of two norms, which their first pass computes
+// (docs/optimizers.md, "Trust ratios").
+constexpr CUDARC_OPTIM_FN bool uses_trust_ratio(int rule) {
+    return rule == kLamb || rule == kLars;
+}
+// Sums per tile (and per tensor) of the first pass: the squared update norm, and with a trust ratio
+// the squared parameter norm too.
+constexpr CUDARC_OPTIM_FN int norm_count(int rule) {
+    return uses_trust_ratio(rule) ? 2 : 1;
+}
+
 // Work decomposition (also in kernel_abi.hpp): a block of kThreads threads handles one tile at a time.
 // fp32 state: 4 elements per thread; 8-bit state: 8, so 32 threads cover one quantization block.
 enum : int { kThreads = 256, kQuantBlock = 256, kTileFp32 = kThreads * 4, kTile8 = kThreads * 8 };
@@ -100,11 +188,16 @@ enum : int { kTileStages = 3 };
 // kThreads + kProducerThreads (kernel_abi.hpp: update_block_threads); with kThreads alone they load
 // directly.
 enum : int { kProducerThreads = 32 };
-constexpr CUDARC_OPTIM_FN int tile_buffer_bytes(int element_bytes) {
-    return kTile8 * (2 * element_bytes + 2) + 2 * (kTile8 / kQuantBlock) * 4;
+// (AdEMAMix's buffers hold a third state: `states` 3.)
+constexpr CUDARC_OPTIM_FN int tile_buffer_bytes(int element_bytes, int states = 2) {
+    return kTile8 * (2 * element_bytes + states) + states * (kTile8 / kQuantBlock) * 4;
 }
-constexpr CUDARC_OPTIM_FN int tile_pipeline_bytes(int element_bytes) {
-    return kTileStages * tile_buffer_bytes(element_bytes);
+constexpr CUDARC_OPTIM_FN int tile_pipeline_bytes(int element_bytes, int states = 2) {
+    return kTileStages * tile_buffer_bytes(element_bytes, states);
+}
+// The states a rule's tile buffers hold.
+constexpr CUDARC_OPTIM_FN int tile_states(int rule) {
+    return uses_state3(rule) ? 3 : 2;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -571,29 +664,167 @@ CUDARC_OPTIM_FN float dequantize(const float* map, u8 code, float absmax) {
 }
 
 // ---------------------------------------------------------------------------------------------------
+// The values a step derives from its number, in double with every operation correctly rounded.
+//
+// Note [Per-step values]: step_size and bias_correction2_sqrt depend on the step number. The host derives
+// them for an ordinary step (abi::make_kernel_params) and the device for a capturable one (whose number
+// lives in device memory), both with derive_step below: the same sequence of correctly rounded double
+// operations (no pow, no contraction: the intrinsics on the device, plain operators on the host, which
+// the project builds without contraction), then one rounding to float. So a capturable step and an
+// ordinary one give bitwise the same floats, and the same parameters and state. beta^step is taken by
+// binary powering (at most 2 x 63 multiplications); the relative error of 1 - beta^step is then about
+// 2^-53 / (1 - beta) at worst (1e-13 for beta = 0.999), far below the float rounding that follows.
+namespace fp64 {
+#if CUDARC_OPTIM_DEVICE_COMPILER
+CUDARC_OPTIM_FN double add(double a, double b) {
+    return __dadd_rn(a, b);
+}
+CUDARC_OPTIM_FN double sub(double a, double b) {
+    return __dsub_rn(a, b);
+}
+CUDARC_OPTIM_FN double mul(double a, double b) {
+    return __dmul_rn(a, b);
+}
+CUDARC_OPTIM_FN double div(double a, double b) {
+    return __ddiv_rn(a, b);
+}
+CUDARC_OPTIM_FN double sqrt(double a) {
+    return __dsqrt_rn(a);
+}
+CUDARC_OPTIM_FN float to_float(double a) {
+    return __double2float_rn(a);
+}
+CUDARC_OPTIM_FN double floor(double a) {
+    return ::floor(a);
+}
+CUDARC_OPTIM_FN double scale2(double a, int exponent) {
+    return ::ldexp(a, exponent);
+}
+#else
+inline double add(double a, double b) {
+    return a + b;
+}
+inline double sub(double a, double b) {
+    return a - b;
+}
+inline double mul(double a, double b) {
+    return a * b;
+}
+inline double div(double a, double b) {
+    return a / b;
+}
+inline double sqrt(double a) {
+    return std::sqrt(a);
+}
+inline float to_float(double a) {
+    return static_cast<float>(a);
+}
+inline double floor(double a) {
+    return std::floor(a);
+}
+inline double scale2(double a, int exponent) {
+    return std::ldexp(a, exponent);
+}
+#endif
+// base^exponent (exponent >= 0) by binary powering.
+CUDARC_OPTIM_FN double power(double base, i64 exponent) {
+    double result = 1.0;
+    while (exponent > 0) {
+        if ((exponent & 1) != 0) result = mul(result, base);
+        exponent >>= 1;
+        if (exponent > 0) base = mul(base, base);
+    }
+    return result;
+}
+// e^x for x <= 0 from correctly rounded operations only (floor and the scaling by 2^k are exact): x =
+// k ln2 + r with |r| <= ln2 / 2 (ln2 in two parts, Cody and Waite's reduction), e^r by its Taylor series to
+// r^13 / 13! (the rest is below 2^-58), times 2^k. Within a few units of 2^-53 of e^x, and the same bits
+// on host and device. Below -708 (where e^x is subnormal) it gives 0.
+CUDARC_OPTIM_FN double exp_nonpositive(double x) {
+    if (!(x > -708.0)) return 0.0;
+    const double ln2_high = 6.93147180369123816490e-01;  // 32 significant bits: k * ln2_high is exact
+    const double ln2_low = 1.90821492927058770002e-10;
+    const double k = floor(add(mul(x, 1.44269504088896338700e+00), 0.5));
+    const double r = sub(sub(x, mul(k, ln2_high)), mul(k, ln2_low));
+    double series = 1.0;
+    for (int n = 13; n >= 1; --n) series = add(1.0, div(mul(series, r), static_cast<double>(n)));
+    return scale2(series, static_cast<int>(k));
+}
+}  // namespace fp64
+
+// Fills the fields of `p` that depend on the step number (step, step_size, bias_correction2_sqrt, and
+// AdEMAMix's alpha and beta3) for 1-based step `step` of `rule`; the other fields are left as they are.
+CUDARC_OPTIM_FN void derive_step(int rule, const StepSchedule& s, i64 step, OptimParams& p) {
+    p.step = step < 0x7fffffff ? static_cast<int>(step) : 0x7fffffff;
+    p.step_size = fp64::to_float(s.lr);
+    p.bias_correction2_sqrt = 1.0f;
+    const double t = static_cast<double>(step);
+    if (rule == kAdam || rule == kAdamW || rule == kAdemamix || rule == kLamb) {
+        // LAMB's lr multiplies the trust ratio's update instead (docs/optimizers.md).
+        const double numerator = rule == kLamb ? 1.0 : s.lr;
+        p.step_size = fp64::to_float(fp64::div(numerator, fp64::sub(1.0, fp64::power(s.beta1, step))));
+        p.bias_correction2_sqrt = fp64::to_float(fp64::sqrt(fp64::sub(1.0, fp64::power(s.beta2, step))));
+    } else if (rule == kAdagrad) {
+        const double decays = fp64::mul(fp64::sub(t, 1.0), s.lr_decay);
+        p.step_size = fp64::to_float(fp64::div(s.lr, fp64::add(1.0, decays)));
+    }
+    if (rule == kAdemamix) {
+        // The warm-ups of the AdEMAMix paper (and bitsandbytes): alpha grows linearly to its value over
+        // t_alpha steps, min(t alpha / t_alpha, alpha); beta3 from beta1 to its value over t_beta3 steps,
+        // linearly in the EMA's half-life: exp(ln b1 ln b3 / ((1 - t / T) ln b3 + (t / T) ln b1)), at most
+        // beta3, and beta3 itself from step T on.
+        double alpha = s.alpha;
+        if (s.t_alpha > 0.0) {
+            const double ramp = fp64::div(fp64::mul(t, s.alpha), s.t_alpha);
+            alpha = ramp < s.alpha ? ramp : s.alpha;
+        }
+        double beta3 = s.beta3;
+        if (s.t_beta3 > 0.0 && t < s.t_beta3) {
+            const double fraction = fp64::div(t, s.t_beta3);
+            const double denominator =
+                fp64::add(fp64::mul(fp64::sub(1.0, fraction), s.log_beta3), fp64::mul(fraction, s.log_beta1));
+            const double scheduled =
+                fp64::exp_nonpositive(fp64::div(fp64::mul(s.log_beta1, s.log_beta3), denominator));
+            beta3 = scheduled < s.beta3 ? scheduled : s.beta3;
+        }
+        p.alpha = fp64::to_float(alpha);
+        slow_decay(p) = fp64::to_float(beta3);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
 // One element of one step: the formulas of docs/optimizers.md, in float.
 
 CUDARC_OPTIM_FN bool has_decoupled_decay(int rule) {
-    return rule == kAdamW || rule == kLion;
+    return rule == kAdamW || rule == kLion || rule == kAdemamix;
+}
+// The rules whose weight decay is added to the gradient (L2). LAMB adds it to the Adam direction instead.
+CUDARC_OPTIM_FN bool has_l2_decay(int rule) {
+    return !has_decoupled_decay(rule) && rule != kLamb;
 }
 
-// Updates the element's state (s1, s2) and sets `update`, the amount the parameter moves down:
-//     new param = param * decay - scale * update     (decay = 1 unless AdamW/Lion; scale from max_unorm)
-// Returns false, leaving s1, s2 untouched and update = 0, when grad / grad_scale is not finite.
+// Updates the element's state (s1, s2, s3) and sets `update`, the amount the parameter moves down:
+//     new param = param * decay - scale * update
+// (decay = 1 unless AdamW/Lion/AdEMAMix; scale from max_unorm, or LAMB's lr times its trust ratio). s3 is
+// AdEMAMix's slow EMA. `factor` is LARS' lr times its trust ratio, which enters its momentum (its
+// update is the new momentum, applied with scale 1). Returns false, leaving the state untouched and
+// update = 0, when grad / grad_scale is not finite.
 template <int A>
 CUDARC_OPTIM_FN bool update_element(const OptimParams& hp, float param, float grad, float& s1, float& s2,
-                                    float& update) {
+                                    float& s3, float& update, float factor = 1.0f) {
     float g = fp::mul(grad, hp.inv_grad_scale);
     if (!fp::is_finite(g)) {
         update = 0.0f;
         return false;
     }
-    if (!has_decoupled_decay(A) && hp.weight_decay != 0.0f) g = fp::fma(hp.weight_decay, param, g);
-    if (A == kAdam || A == kAdamW) {
+    if (has_l2_decay(A) && hp.weight_decay != 0.0f) g = fp::fma(hp.weight_decay, param, g);
+    if (A == kAdam || A == kAdamW || A == kLamb) {
         s1 = fp::fma(hp.beta1, s1, fp::mul(fp::sub(1.0f, hp.beta1), g));
         s2 = fp::fma(hp.beta2, s2, fp::mul(fp::mul(fp::sub(1.0f, hp.beta2), g), g));
         const float denom = fp::add(fp::div(fp::sqrt(s2), hp.bias_correction2_sqrt), hp.eps);
         update = fp::mul(hp.step_size, fp::div(s1, denom));
+        // LAMB's direction: the bias-corrected Adam ratio plus the weight decay (step_size = 1 / (1 - b1^t)).
+        if (A == kLamb) update = fp::fma(hp.weight_decay, param, update);
     } else if (A == kSgd) {
         float direction = g;
         if (hp.momentum != 0.0f) {
@@ -609,16 +840,28 @@ CUDARC_OPTIM_FN bool update_element(const OptimParams& hp, float param, float gr
     } else if (A == kRmsprop) {
         s1 = fp::fma(hp.alpha, s1, fp::mul(fp::mul(fp::sub(1.0f, hp.alpha), g), g));
         update = fp::mul(hp.lr, fp::div(g, fp::add(fp::sqrt(s1), hp.eps)));
-    } else {  // kAdagrad
+    } else if (A == kAdagrad) {
         s1 = fp::fma(g, g, s1);
         update = fp::mul(hp.step_size, fp::div(g, fp::add(fp::sqrt(s1), hp.eps)));
+    } else if (A == kAdemamix) {
+        s1 = fp::fma(hp.beta1, s1, fp::mul(fp::sub(1.0f, hp.beta1), g));
+        s3 = fp::fma(slow_decay(hp), s3, fp::mul(fp::sub(1.0f, slow_decay(hp)), g));
+        s2 = fp::fma(hp.beta2, s2, fp::mul(fp::mul(fp::sub(1.0f, hp.beta2), g), g));
+        const float denom = fp::add(fp::div(fp::sqrt(s2), hp.bias_correction2_sqrt), hp.eps);
+        const float mixed = fp::fma(hp.step_size, s1, fp::mul(fp::mul(hp.lr, hp.alpha), s3));
+        update = fp::div(mixed, denom);
+    } else {  // kLars: g is the gradient plus its weight decay
+        s1 = fp::fma(hp.momentum, s1, fp::mul(factor, g));
+        update = s1;
     }
     return true;
 }
 
-// The new parameter value; `scale` is 1 unless max_unorm clips this tensor's update.
+// The new parameter value; `scale` is 1 unless max_unorm clips this tensor's update (LAMB: lr times its
+// trust ratio; LARS ignores it: its factor is in its update already).
 template <int A>
 CUDARC_OPTIM_FN float apply_update(const OptimParams& hp, float param, float update, float scale) {
+    if (A == kLars) return fp::sub(param, update);
     const float decayed = has_decoupled_decay(A) ? fp::mul(param, hp.decay) : param;
     return fp::sub(decayed, fp::mul(scale, update));
 }
@@ -630,17 +873,34 @@ CUDARC_OPTIM_FN float unorm_scale(float max_unorm, float norm_squared) {
     return norm > max_unorm ? fp::div(max_unorm, norm) : 1.0f;
 }
 
+// A trust-ratio rule's scale of its tensor's update from the first pass's sums (docs/optimizers.md,
+// "Trust ratios"), 1 where a norm is 0: LAMB lr ||p|| / ||u|| (u: its direction, weight decay included);
+// LARS lr eta ||p|| / (||g|| + wd ||p||) (g: the unscaled gradient).
+template <int A>
+CUDARC_OPTIM_FN float trust_scale(const OptimParams& hp, float first_squared, float param_squared) {
+    const float first = fp::sqrt(first_squared);
+    const float param = fp::sqrt(param_squared);
+    if (!(first > 0.0f && param > 0.0f)) return hp.lr;
+    if (A == kLamb) return fp::mul(hp.lr, fp::div(param, first));
+    return fp::mul(hp.lr,
+                   fp::div(fp::mul(trust_coefficient(hp), param), fp::fma(hp.weight_decay, param, first)));
+}
+
 // --- The 8-bit kernels' element update ---
 // The formulas of update_element for a gradient already known to be finite, with the division and
 // the square root in a form that costs two approximate instructions (docs/optimizers.md, "8-bit
 // arithmetic"); the state arithmetic is update_element's, bit for bit:
 //   Adam/AdamW  u = (step_size * bc2) * m * rcp(sqrt(v) + eps * bc2)   (= step_size m / (sqrt(v) / bc2 +
-//   eps)) RMSprop     u = (lr * g) * rcp(sqrt(v) + eps);   Adagrad  u = (clr * g) * rcp(sqrt(sum) + eps)
+//   eps)) AdEMAMix    u = ((step_size * bc2) * m1 + (lr * alpha * bc2) * m2) * rcp(sqrt(nu) + eps * bc2)
+//   RMSprop     u = (lr * g) * rcp(sqrt(v) + eps);   Adagrad  u = (clr * g) * rcp(sqrt(sum) + eps)
 // Note: these kernels are bound by instruction issue, where the rounded __fdiv_rn and __fsqrt_rn
-// (about ten instructions and a branch each) made up a large share of the work.
+// (about ten instructions and a branch each) made up a large share of the work. LAMB and LARS keep
+// 32-bit state only.
 template <int A>
-CUDARC_OPTIM_FN float update_8bit(const OptimParams& hp, float param, float g, float& s1, float& s2) {
-    if (!has_decoupled_decay(A) && hp.weight_decay != 0.0f) g = fp::fma(hp.weight_decay, param, g);
+CUDARC_OPTIM_FN float update_8bit(const OptimParams& hp, float param, float g, float& s1, float& s2,
+                                  float& s3) {
+    static_assert(!uses_trust_ratio(A), "LAMB and LARS keep 32-bit state");
+    if (has_l2_decay(A) && hp.weight_decay != 0.0f) g = fp::fma(hp.weight_decay, param, g);
     if (A == kAdam || A == kAdamW) {
         s1 = fp::fma(hp.beta1, s1, fp::mul(fp::sub(1.0f, hp.beta1), g));
         s2 = fp::fma(hp.beta2, s2, fp::mul(fp::mul(fp::sub(1.0f, hp.beta2), g), g));
@@ -660,9 +920,18 @@ CUDARC_OPTIM_FN float update_8bit(const OptimParams& hp, float param, float g, f
     } else if (A == kRmsprop) {
         s1 = fp::fma(hp.alpha, s1, fp::mul(fp::mul(fp::sub(1.0f, hp.alpha), g), g));
         return fp::mul(fp::mul(hp.lr, g), fp::rcp_approx(fp::add(fp::sqrt_normal(s1), hp.eps)));
-    } else {  // kAdagrad
+    } else if (A == kAdagrad) {
         s1 = fp::fma(g, g, s1);
         return fp::mul(fp::mul(hp.step_size, g), fp::rcp_approx(fp::add(fp::sqrt_normal(s1), hp.eps)));
+    } else {  // kAdemamix
+        s1 = fp::fma(hp.beta1, s1, fp::mul(fp::sub(1.0f, hp.beta1), g));
+        s3 = fp::fma(slow_decay(hp), s3, fp::mul(fp::sub(1.0f, slow_decay(hp)), g));
+        s2 = fp::fma(hp.beta2, s2, fp::mul(fp::mul(fp::sub(1.0f, hp.beta2), g), g));
+        const float bc2 = hp.bias_correction2_sqrt;
+        const float denom = fp::add(fp::sqrt_normal(s2), fp::mul(hp.eps, bc2));
+        const float mixed =
+            fp::fma(fp::mul(hp.step_size, bc2), s1, fp::mul(fp::mul(fp::mul(hp.lr, hp.alpha), bc2), s3));
+        return fp::mul(mixed, fp::rcp_approx(denom));
     }
 }
 
@@ -682,9 +951,6 @@ CUDARC_OPTIM_FN bool uses_unsigned_map(int rule, int state) {
 // Which states a rule keeps (SGD keeps its momentum buffer only when momentum != 0).
 CUDARC_OPTIM_FN bool uses_state1(int rule, const OptimParams& hp) {
     return rule != kSgd || hp.momentum != 0.0f;
-}
-CUDARC_OPTIM_FN bool uses_state2(int rule) {
-    return rule == kAdam || rule == kAdamW;
 }
 
 }  // namespace cudarc_optim

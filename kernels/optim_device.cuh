@@ -141,7 +141,9 @@ __device__ __forceinline__ float block_sum(float value, float* scratch) {
 // the counter is ready for the next launch (and for graph replays) with no host involvement.
 // Note: a deterministic sum, instead of one atomicAdd per block, keeps the clipped result
 // independent of block scheduling, hence equal across layouts and runs.
-template <int kTile>
+// With two sums per tile (kNorms 2, the trust-ratio rules), the partials of tile k are unorm[2 + 2k] and
+// unorm[3 + 2k], and their sums go to unorm[0] and unorm[1].
+template <int kTile, int kNorms>
 __device__ void finish_update_norms(const OptimTensor* tensors, int num_tensors, unsigned* blocks_done,
                                     float* scratch) {
     __shared__ int is_last;
@@ -155,49 +157,65 @@ __device__ void finish_update_norms(const OptimTensor* tensors, int num_tensors,
         float* unorm = tensors[i].unorm;
         if (unorm == 0) continue;
         const i64 tiles = (tensors[i].numel + kTile - 1) / kTile;
-        const volatile float* partials = unorm + 1;  // written by other blocks: bypass stale caches
-        float sum = 0.0f;
-        for (i64 k = threadIdx.x; k < tiles; k += kThreads) sum = fp::add(sum, partials[k]);
-        sum = block_sum(sum, scratch);
-        if (threadIdx.x == 0) unorm[0] = sum;
+        const volatile float* partials = unorm + kNorms;  // written by other blocks: bypass stale caches
+        for (int n = 0; n < kNorms; ++n) {
+            float sum = 0.0f;
+            for (i64 k = threadIdx.x; k < tiles; k += kThreads) sum = fp::add(sum, partials[kNorms * k + n]);
+            sum = block_sum(sum, scratch);
+            if (threadIdx.x == 0) unorm[n] = sum;
+        }
     }
     if (threadIdx.x == 0) *blocks_done = 0u;
 }
 
-// The clipping factor for this tensor in the update pass (pass 2, or the only pass).
+// The clipping factor for this tensor in the update pass (pass 2, or the only pass); for the trust-ratio
+// rules their scale (trust_scale), from the first pass's sums.
+template <int A>
 __device__ __forceinline__ float tensor_update_scale(const OptimTensor& t, const OptimParams& hp) {
-    if (!(hp.max_unorm > 0.0f) || t.unorm == 0) return 1.0f;
-    return unorm_scale(hp.max_unorm, t.unorm[0]);
+    if constexpr (uses_trust_ratio(A)) {
+        return trust_scale<A>(hp, t.unorm[0], t.unorm[1]);
+    } else {
+        if (!(hp.max_unorm > 0.0f) || t.unorm == 0) return 1.0f;
+        return unorm_scale(hp.max_unorm, t.unorm[0]);
+    }
 }
 
 // --- fp32 state: one tile, 4 consecutive elements per thread ---
 //
-// kNormPass: read only, return this thread's sum of squared updates (elements in index order).
-// Otherwise: write parameters and state; set `saw_nonfinite` if a gradient element was not finite.
+// kNormPass: read only, return this thread's sum of squared updates (elements in index order); a
+// trust-ratio rule adds its squared parameters to `param_squared` (LARS returns its squared gradients
+// instead of updates). Otherwise: write parameters and state; set `saw_nonfinite` if a gradient element
+// was not finite.
 template <int A, class D, bool kNormPass>
 __device__ __forceinline__ float tile_fp32(const OptimTensor& t, const OptimParams& hp, i64 begin, i64 end,
-                                           float scale, bool vector_ok, bool& saw_nonfinite) {
+                                           float scale, bool vector_ok, bool& saw_nonfinite,
+                                           float& param_squared) {
     typedef typename D::Storage S;
     const i64 first = begin + 4 * static_cast<i64>(threadIdx.x);
     if (first >= end) return 0.0f;
     const int count = end - first >= 4 ? 4 : static_cast<int>(end - first);
     const bool with1 = uses_state1(A, hp);
     const bool with2 = uses_state2(A);
+    constexpr bool with3 = uses_state3(A);
     S* param = static_cast<S*>(t.param) + first;
     const S* grad = static_cast<const S*>(t.grad) + first;
     float* state1 = static_cast<float*>(t.state1) + first;
     float* state2 = static_cast<float*>(t.state2) + first;
+    float* state3 = with3 ? static_cast<float*>(t.state1) + state3_offset(t.numel) + first : state1;
 
     S p_raw[4];
     S g_raw[4];
     float s1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     float s2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float s3[4];  // (only AdEMAMix's code touches it)
+    if constexpr (with3) s3[0] = s3[1] = s3[2] = s3[3] = 0.0f;
     const bool vector = vector_ok && count == 4;
     if (vector) {
         load_vec4(param, p_raw);
         load_vec4(grad, g_raw);
         if (with1) load_vec4(state1, s1);
         if (with2) load_vec4(state2, s2);
+        if (with3) load_vec4(state3, s3);
     } else {
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
@@ -206,6 +224,7 @@ __device__ __forceinline__ float tile_fp32(const OptimTensor& t, const OptimPara
             g_raw[j] = grad[j];
             if (with1) s1[j] = state1[j];
             if (with2) s2[j] = state2[j];
+            if (with3) s3[j] = state3[j];
         }
     }
     float norm_squared = 0.0f;
@@ -213,8 +232,15 @@ __device__ __forceinline__ float tile_fp32(const OptimTensor& t, const OptimPara
     for (int j = 0; j < 4; ++j) {
         if (j >= count) continue;
         const float p = D::load(p_raw[j]);
+        if (kNormPass && uses_trust_ratio(A)) param_squared = fp::fma(p, p, param_squared);
+        if (kNormPass && A == kLars) {
+            // LARS' norms: the unscaled gradient's (its finite elements) and the parameter's.
+            const float g = fp::mul(D::load(g_raw[j]), hp.inv_grad_scale);
+            if (fp::is_finite(g)) norm_squared = fp::fma(g, g, norm_squared);
+            continue;
+        }
         float update;
-        if (update_element<A>(hp, p, D::load(g_raw[j]), s1[j], s2[j], update)) {
+        if (update_element<A>(hp, p, D::load(g_raw[j]), s1[j], s2[j], s3[j], update, scale)) {
             if (kNormPass) {
                 norm_squared = fp::fma(update, update, norm_squared);
             } else {
@@ -229,6 +255,7 @@ __device__ __forceinline__ float tile_fp32(const OptimTensor& t, const OptimPara
         store_vec4(param, p_raw);
         if (with1) store_vec4(state1, s1);
         if (with2) store_vec4(state2, s2);
+        if (with3) store_vec4(state3, s3);
     } else {
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
@@ -236,6 +263,7 @@ __device__ __forceinline__ float tile_fp32(const OptimTensor& t, const OptimPara
             param[j] = p_raw[j];
             if (with1) state1[j] = s1[j];
             if (with2) state2[j] = s2[j];
+            if (with3) state3[j] = s3[j];
         }
     }
     return 0.0f;
@@ -402,8 +430,16 @@ __device__ __forceinline__ bool both_finite(float a, float b) {
 
 // One thread's slice of an 8-bit tile as read from memory: 8 parameters and gradients, 8 codes of
 // each state, and the quantization block's absmax of each state.
-template <class D>
-struct Slice8 {
+// (AdEMAMix's slow EMA, state 3, for a slice of its tile.)
+template <bool kThird>
+struct ThirdStateSlice {};
+template <>
+struct ThirdStateSlice<true> {
+    Vec2u codes3;
+    float absmax3;
+};
+template <class D, bool kThird>
+struct Slice8 : ThirdStateSlice<kThird> {
     Values8<D> param;
     Values8<D> grad;
     Vec2u codes1;
@@ -412,11 +448,20 @@ struct Slice8 {
     float absmax2;
 };
 
+// Where AdEMAMix's slow EMA (state 3) lives: in state1's array, state3_offset(numel) codes on, its absmax
+// values absmax3_offset(numel) on in absmax1's (optim_common.cuh).
+__device__ __forceinline__ const u8* codes3_of(const OptimTensor& t) {
+    return static_cast<const u8*>(t.state1) + state3_offset(t.numel);
+}
+__device__ __forceinline__ float* absmax3_of(const OptimTensor& t) {
+    return t.absmax1 + absmax3_offset(t.numel);
+}
+
 // Reads a whole, aligned slice with vector loads and returns true; any other slice is left to
 // load_slice8_each (returns false, reads nothing).
 template <int A, class D>
 __device__ __forceinline__ bool load_slice8(const OptimTensor& t, const OptimParams& hp, i64 first, int count,
-                                            bool vector_ok, Slice8<D>& slice) {
+                                            bool vector_ok, Slice8<D, uses_state3(A)>& slice) {
     typedef typename D::Storage S;
     if (!(vector_ok && count == 8)) return false;
     const unsigned long long block = static_cast<unsigned long long>(first) / kQuantBlock;
@@ -434,13 +479,17 @@ __device__ __forceinline__ bool load_slice8(const OptimTensor& t, const OptimPar
         slice.codes2 = *reinterpret_cast<const Vec2u*>(static_cast<const u8*>(t.state2) + first);
         slice.absmax2 = t.absmax2[block];
     }
+    if constexpr (uses_state3(A)) {
+        slice.codes3 = *reinterpret_cast<const Vec2u*>(codes3_of(t) + first);
+        slice.absmax3 = absmax3_of(t)[block];
+    }
     return true;
 }
 
 // Reads elements [first, first + count) of a slice one by one (count in [0, 8]; the rest are 0).
 template <int A, class D>
 __device__ __forceinline__ void load_slice8_each(const OptimTensor& t, const OptimParams& hp, i64 first,
-                                                 int count, Slice8<D>& slice) {
+                                                 int count, Slice8<D, uses_state3(A)>& slice) {
     typedef typename D::Storage S;
     const bool with1 = uses_state1(A, hp);
     const bool with2 = uses_state2(A);
@@ -451,31 +500,41 @@ __device__ __forceinline__ void load_slice8_each(const OptimTensor& t, const Opt
     slice.grad.load_each(static_cast<const S*>(t.grad) + first, count);
     unsigned words1[2] = {0u, 0u};
     unsigned words2[2] = {0u, 0u};
+    unsigned words3[2] = {0u, 0u};
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
         if (j >= count) continue;
         if (with1) words1[j >> 2] |= static_cast<unsigned>(codes1[j]) << (8 * (j & 3));
         if (with2) words2[j >> 2] |= static_cast<unsigned>(codes2[j]) << (8 * (j & 3));
+        if constexpr (uses_state3(A)) {
+            words3[j >> 2] |= static_cast<unsigned>(codes3_of(t)[first + j]) << (8 * (j & 3));
+        }
     }
     slice.codes1 = Vec2u{words1[0], words1[1]};
     slice.codes2 = Vec2u{words2[0], words2[1]};
     slice.absmax1 = (count > 0 && with1) ? t.absmax1[block] : 0.0f;
     slice.absmax2 = (count > 0 && with2) ? t.absmax2[block] : 0.0f;
+    if constexpr (uses_state3(A)) {
+        slice.codes3 = Vec2u{words3[0], words3[1]};
+        slice.absmax3 = count > 0 ? absmax3_of(t)[block] : 0.0f;
+    }
 }
 
 // Elements [first, first + count) of one tile (count in [0, 8]), read into `slice`; `whole` when it
 // came from vector loads or the tile copies (8 aligned elements).
 template <int A, class D, bool kNormPass>
 __device__ __forceinline__ float tile_8bit(const OptimTensor& t, const OptimParams& hp, i64 first, int count,
-                                           const Slice8<D>& slice, bool whole, float scale,
+                                           const Slice8<D, uses_state3(A)>& slice, bool whole, float scale,
                                            const BlockShared<true>& maps, bool& saw_nonfinite) {
     typedef typename D::Storage S;
     const bool with1 = uses_state1(A, hp);
     const bool with2 = uses_state2(A);
+    constexpr bool with3 = uses_state3(A);  // AdEMAMix's slow EMA, with state 1's (signed) map
     const unsigned long long block = static_cast<unsigned long long>(first) / kQuantBlock;
     S* param = static_cast<S*>(t.param) + first;
     u8* codes1 = static_cast<u8*>(t.state1) + first;
     u8* codes2 = static_cast<u8*>(t.state2) + first;
+    u8* codes3 = static_cast<u8*>(t.state1) + (with3 ? state3_offset(t.numel) : 0) + first;
 
     // 0 * g is 0 for every finite g and NaN otherwise: one test covers the 8 gradients.
     float g[8];
@@ -487,8 +546,10 @@ __device__ __forceinline__ float tile_8bit(const OptimTensor& t, const OptimPara
     }
     float s1[8];
     float s2[8];
+    float s3[8];  // (only AdEMAMix's code touches it)
     float peak1 = 0.0f;
     float peak2 = 0.0f;
+    float peak3 = 0.0f;
     float norm_squared = 0.0f;
     if (whole && probe == 0.0f) {
         // The common case: 8 finite gradients, vector stores.
@@ -499,8 +560,11 @@ __device__ __forceinline__ float tile_8bit(const OptimTensor& t, const OptimPara
                           : 0.0f;
             s2[j] = with2 ? dequantize(maps.code2, static_cast<u8>(code_byte(slice.codes2, j)), slice.absmax2)
                           : 0.0f;
+            if constexpr (with3) {
+                s3[j] = dequantize(maps.code1, static_cast<u8>(code_byte(slice.codes3, j)), slice.absmax3);
+            }
             const float p = slice.param.get(j);
-            const float update = update_8bit<A>(hp, p, g[j], s1[j], s2[j]);
+            const float update = update_8bit<A>(hp, p, g[j], s1[j], s2[j], s3[j]);
             if (kNormPass) {
                 norm_squared = fp::fma(update, update, norm_squared);
             } else {
@@ -508,6 +572,7 @@ __device__ __forceinline__ float tile_8bit(const OptimTensor& t, const OptimPara
             }
             peak1 = peak(peak1, s1[j]);
             peak2 = peak(peak2, s2[j]);
+            if constexpr (with3) peak3 = peak(peak3, s3[j]);
         }
         if (!kNormPass) ParamStore8<D>::store(param, p_new);
     } else {
@@ -515,14 +580,18 @@ __device__ __forceinline__ float tile_8bit(const OptimTensor& t, const OptimPara
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
             s1[j] = 0.0f, s2[j] = 0.0f;
+            if constexpr (with3) s3[j] = 0.0f;
             if (j >= count) continue;
             if (with1)
                 s1[j] = dequantize(maps.code1, static_cast<u8>(code_byte(slice.codes1, j)), slice.absmax1);
             if (with2)
                 s2[j] = dequantize(maps.code2, static_cast<u8>(code_byte(slice.codes2, j)), slice.absmax2);
+            if constexpr (with3) {
+                s3[j] = dequantize(maps.code1, static_cast<u8>(code_byte(slice.codes3, j)), slice.absmax3);
+            }
             if (fp::is_finite(g[j])) {
                 const float p = slice.param.get(j);
-                const float update = update_8bit<A>(hp, p, g[j], s1[j], s2[j]);
+                const float update = update_8bit<A>(hp, p, g[j], s1[j], s2[j], s3[j]);
                 if (kNormPass) {
                     norm_squared = fp::fma(update, update, norm_squared);
                 } else {
@@ -533,30 +602,45 @@ __device__ __forceinline__ float tile_8bit(const OptimTensor& t, const OptimPara
             }
             peak1 = peak(peak1, s1[j]);
             peak2 = peak(peak2, s2[j]);
+            if constexpr (with3) peak3 = peak(peak3, s3[j]);
         }
     }
     if (kNormPass) return norm_squared;
 
     // Every lane of the group takes part, also those past the end (they contribute 0). `within`: every
-    // state value and both reciprocals are finite (the common case), so the search needs no clamp.
+    // state value and every reciprocal are finite (the common case), so the search needs no clamp.
     float absmax1 = with1 ? group_peak(peak1) : 0.0f;
     float absmax2 = with2 ? group_peak(peak2) : 0.0f;
+    float absmax3 = 0.0f;
     bool within = both_finite(absmax1, absmax2);
+    if constexpr (with3) {
+        absmax3 = group_peak(peak3);
+        within = within && both_finite(absmax3, 0.0f);
+    }
     if (!within) {
         if (with1) absmax1 = absmax_of(s1);
         if (with2) absmax2 = absmax_of(s2);
+        if constexpr (with3) absmax3 = absmax_of(s3);
     }
     const float inv1 = inverse_absmax(absmax1);
     const float inv2 = inverse_absmax(absmax2);
+    float inv3 = 0.0f;
     within = within && both_finite(inv1, inv2);
+    if constexpr (with3) {
+        inv3 = inverse_absmax(absmax3);
+        within = within && both_finite(inv3, 0.0f);
+    }
     unsigned q1[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
     unsigned q2[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
+    unsigned q3[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
     if (within) {
         if (with1) quantize_slice<A, 1, true>(maps.bucket1, s1, inv1, q1);
         if (with2) quantize_slice<A, 2, true>(maps.bucket2, s2, inv2, q2);
+        if constexpr (with3) quantize_slice<A, 1, true>(maps.bucket1, s3, inv3, q3);
     } else {
         if (with1) quantize_slice<A, 1, false>(maps.bucket1, s1, inv1, q1);
         if (with2) quantize_slice<A, 2, false>(maps.bucket2, s2, inv2, q2);
+        if constexpr (with3) quantize_slice<A, 1, false>(maps.bucket1, s3, inv3, q3);
     }
     if (whole) {
         if (with1) {
@@ -567,17 +651,23 @@ __device__ __forceinline__ float tile_8bit(const OptimTensor& t, const OptimPara
             *reinterpret_cast<Vec2u*>(codes2) =
                 Vec2u{pack_codes(q2[0], q2[1], q2[2], q2[3]), pack_codes(q2[4], q2[5], q2[6], q2[7])};
         }
+        if (with3) {
+            *reinterpret_cast<Vec2u*>(codes3) =
+                Vec2u{pack_codes(q3[0], q3[1], q3[2], q3[3]), pack_codes(q3[4], q3[5], q3[6], q3[7])};
+        }
     } else {
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
             if (j >= count) continue;
             if (with1) codes1[j] = static_cast<u8>(q1[j] >> 24);
             if (with2) codes2[j] = static_cast<u8>(q2[j] >> 24);
+            if (with3) codes3[j] = static_cast<u8>(q3[j] >> 24);
         }
     }
     if (count > 0 && (threadIdx.x & 31u) == 0) {
         if (with1) t.absmax1[block] = absmax1;
         if (with2) t.absmax2[block] = absmax2;
+        if (with3) absmax3_of(t)[block] = absmax3;
     }
     return 0.0f;
 }
@@ -597,20 +687,31 @@ __device__ __forceinline__ bool vector_path_ok(const OptimTensor& t, const Optim
     return ok;
 }
 
-// Processes a run's tiles. In the norm pass, writes each tile's partial sum to t.unorm[1 + tile].
+// Processes a run's tiles. In the norm pass, writes each tile's partial sum to t.unorm[1 + tile] (the
+// trust-ratio rules' two: t.unorm[2 + 2 tile] and t.unorm[3 + 2 tile]).
 template <int A, class D, bool kNormPass>
 __device__ __forceinline__ bool run_tiles_fp32(const TileRun& run, const OptimParams& hp, float* scratch) {
     const OptimTensor& t = run.t;
     const bool vector_ok = vector_path_ok<A, D, 4>(t, hp, 4);
-    const float scale = kNormPass ? 1.0f : tensor_update_scale(t, hp);
+    const float scale = kNormPass ? 1.0f : tensor_update_scale<A>(t, hp);
     bool saw_nonfinite = false;
     for (i64 tile = run.first; tile < run.end; tile += run.stride) {
         const i64 begin = tile * kTileFp32;
         const i64 end = begin + kTileFp32 < run.limit ? begin + kTileFp32 : run.limit;
-        float partial = tile_fp32<A, D, kNormPass>(t, hp, begin, end, scale, vector_ok, saw_nonfinite);
+        float param_squared = 0.0f;
+        float partial =
+            tile_fp32<A, D, kNormPass>(t, hp, begin, end, scale, vector_ok, saw_nonfinite, param_squared);
         if (kNormPass) {
             partial = block_sum(partial, scratch);
-            if (threadIdx.x == 0) t.unorm[1 + tile] = partial;
+            if constexpr (uses_trust_ratio(A)) {
+                param_squared = block_sum(param_squared, scratch);
+                if (threadIdx.x == 0) {
+                    t.unorm[2 + 2 * tile] = partial;
+                    t.unorm[3 + 2 * tile] = param_squared;
+                }
+            } else {
+                if (threadIdx.x == 0) t.unorm[1 + tile] = partial;
+            }
         }
     }
     return saw_nonfinite;
@@ -701,14 +802,14 @@ __device__ __forceinline__ void bulk_copy(unsigned char* to, const void* from, u
 
 // Sets up the pipeline when the launch gave its dynamic shared memory and the producer warp (thread 0
 // initializes the barriers; the caller's __syncthreads publishes them).
-template <class D>
+template <int A, class D>
 __device__ __forceinline__ TilePipe start_tile_pipe(BlockShared<true>& shared) {
     TilePipe pipe;
 #if CUDARC_OPTIM_TILE_COPIES
     unsigned dynamic_bytes;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_bytes));
-    if (dynamic_bytes <
-            static_cast<unsigned>(tile_pipeline_bytes(static_cast<int>(sizeof(typename D::Storage)))) ||
+    if (dynamic_bytes < static_cast<unsigned>(tile_pipeline_bytes(
+                            static_cast<int>(sizeof(typename D::Storage)), tile_states(A))) ||
         blockDim.x != static_cast<unsigned>(kThreads + kProducerThreads))
         return pipe;
     pipe.on = true;
@@ -754,21 +855,23 @@ __device__ __forceinline__ void issue_tile(TilePipe& pipe, const TileRun& run, i
     }
     pipe.pending |= 1u << stage;
     pipe.put = next_stage(stage);
+    constexpr int kStates = tile_states(A);
     const bool with1 = uses_state1(A, hp);
     const bool with2 = uses_state2(A);
+    constexpr bool with3 = uses_state3(A);
     const i64 begin = tile * kTile8;
     const unsigned data = kTile8 * static_cast<unsigned>(sizeof(S));
     const unsigned absmax_bytes = (kTile8 / kQuantBlock) * 4u;
-    const unsigned bytes =
-        2u * data + (with1 ? kTile8 + absmax_bytes : 0u) + (with2 ? kTile8 + absmax_bytes : 0u);
-    unsigned char* buffer = cudarc_optim_tile_buffers +
-                            stage * static_cast<unsigned>(tile_buffer_bytes(static_cast<int>(sizeof(S))));
+    const unsigned bytes = 2u * data + (with1 ? kTile8 + absmax_bytes : 0u) +
+                           (with2 ? kTile8 + absmax_bytes : 0u) + (with3 ? kTile8 + absmax_bytes : 0u);
+    unsigned char* buffer = cudarc_optim_tile_buffers + stage * static_cast<unsigned>(tile_buffer_bytes(
+                                                                    static_cast<int>(sizeof(S)), kStates));
     const unsigned full = full_barrier(pipe, stage);
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(full), "r"(bytes) : "memory");
     bulk_copy(buffer, static_cast<const S*>(run.t.param) + begin, data, full);
     bulk_copy(buffer + data, static_cast<const S*>(run.t.grad) + begin, data, full);
     unsigned char* states = buffer + 2u * data;
-    unsigned char* absmax = states + 2u * kTile8;
+    unsigned char* absmax = states + static_cast<unsigned>(kStates) * kTile8;
     if (with1) {
         bulk_copy(states, static_cast<const u8*>(run.t.state1) + begin, kTile8, full);
         bulk_copy(absmax, run.t.absmax1 + tile * (kTile8 / kQuantBlock), absmax_bytes, full);
@@ -776,6 +879,11 @@ __device__ __forceinline__ void issue_tile(TilePipe& pipe, const TileRun& run, i
     if (with2) {
         bulk_copy(states + kTile8, static_cast<const u8*>(run.t.state2) + begin, kTile8, full);
         bulk_copy(absmax + absmax_bytes, run.t.absmax2 + tile * (kTile8 / kQuantBlock), absmax_bytes, full);
+    }
+    if (with3) {
+        bulk_copy(states + 2u * kTile8, codes3_of(run.t) + begin, kTile8, full);
+        bulk_copy(absmax + 2u * absmax_bytes, absmax3_of(run.t) + tile * (kTile8 / kQuantBlock), absmax_bytes,
+                  full);
     }
 #endif
 }
@@ -795,19 +903,21 @@ __device__ __forceinline__ void produce_tiles(TilePipe& pipe, const Runs& runs, 
 
 // Every computing thread: waits for the next copied tile, reads its slice of it, and releases the buffer.
 template <int A, class D>
-__device__ __forceinline__ void take_tile(TilePipe& pipe, const OptimParams& hp, Slice8<D>& slice) {
+__device__ __forceinline__ void take_tile(TilePipe& pipe, const OptimParams& hp,
+                                          Slice8<D, uses_state3(A)>& slice) {
 #if CUDARC_OPTIM_TILE_COPIES
     typedef typename D::Storage S;
+    constexpr int kStates = tile_states(A);
     const unsigned stage = pipe.take;
     wait_barrier<false>(full_barrier(pipe, stage), (pipe.full >> stage) & 1u);
     pipe.full ^= 1u << stage;
     pipe.take = next_stage(stage);
     const unsigned char* buffer =
         cudarc_optim_tile_buffers +
-        stage * static_cast<unsigned>(tile_buffer_bytes(static_cast<int>(sizeof(S))));
+        stage * static_cast<unsigned>(tile_buffer_bytes(static_cast<int>(sizeof(S)), kStates));
     const unsigned data = kTile8 * static_cast<unsigned>(sizeof(S));
     const unsigned char* states = buffer + 2u * data;
-    const float* absmax = reinterpret_cast<const float*>(states + 2u * kTile8);
+    const float* absmax = reinterpret_cast<const float*>(states + static_cast<unsigned>(kStates) * kTile8);
     const unsigned warp = threadIdx.x >> 5;
     slice.param.load(reinterpret_cast<const S*>(buffer) + 8 * threadIdx.x);
     slice.grad.load(reinterpret_cast<const S*>(buffer + data) + 8 * threadIdx.x);
@@ -823,6 +933,10 @@ __device__ __forceinline__ void take_tile(TilePipe& pipe, const OptimParams& hp,
         slice.codes2 = reinterpret_cast<const Vec2u*>(states + kTile8)[threadIdx.x];
         slice.absmax2 = absmax[kTile8 / kQuantBlock + warp];
     }
+    if constexpr (uses_state3(A)) {
+        slice.codes3 = reinterpret_cast<const Vec2u*>(states + 2u * kTile8)[threadIdx.x];
+        slice.absmax3 = absmax[2 * (kTile8 / kQuantBlock) + warp];
+    }
     // The reads (generic proxy) are done before the producer's next copies (async proxy) write here.
     asm volatile("fence.proxy.async.shared::cta;\n\tmbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(
                      empty_barrier(pipe, stage))
@@ -837,7 +951,7 @@ __device__ __forceinline__ bool run_tiles_8bit(const TileRun& run, const OptimPa
     const OptimTensor& t = run.t;
     assume_global_arrays(t, uses_state1(A, hp), uses_state2(A));
     const bool vector_ok = vector_path_ok<A, D, 8>(t, hp, 1);
-    const float scale = kNormPass ? 1.0f : tensor_update_scale(t, hp);
+    const float scale = kNormPass ? 1.0f : tensor_update_scale<A>(t, hp);
     const bool fits = pipe.on && copies_fit<A>(t, hp);
     bool saw_nonfinite = false;
     // Tiles by their first elements (kept apart from the tile numbers: less work per tile).
@@ -849,7 +963,7 @@ __device__ __forceinline__ bool run_tiles_8bit(const TileRun& run, const OptimPa
         const i64 first = begin + 8 * static_cast<i64>(threadIdx.x);
         const i64 left = run.limit - first;
         const int count = whole_tile || left >= 8 ? 8 : (left <= 0 ? 0 : static_cast<int>(left));
-        Slice8<D> slice;
+        Slice8<D, uses_state3(A)> slice;
         bool whole;
         if (fits && whole_tile) {
             take_tile<A, D>(pipe, hp, slice);
@@ -881,10 +995,10 @@ __device__ __forceinline__ bool run_tiles(BlockShared<false>& shared, const Tile
 }
 
 // The tile pipeline of the 8-bit update pass (off elsewhere).
-template <class D, bool kEightBit, bool kNormPass>
+template <int A, class D, bool kEightBit, bool kNormPass>
 __device__ __forceinline__ TilePipe begin_tiles(BlockShared<kEightBit>& shared) {
     TilePipe pipe;
-    if constexpr (kEightBit && !kNormPass) pipe = start_tile_pipe<D>(shared);
+    if constexpr (kEightBit && !kNormPass) pipe = start_tile_pipe<A, D>(shared);
     return pipe;
 }
 
@@ -942,13 +1056,14 @@ __device__ __forceinline__ void tensor_kernel(const OptimTensor& t, const OptimP
                                               int* nonfinite_flag, unsigned* blocks_done) {
     __shared__ BlockShared<kEightBit> shared;
     if (kNormPass && (t.unorm == 0 || blocks_done == 0)) return;
-    TilePipe pipe = begin_tiles<D, kEightBit, kNormPass>(shared);
+    TilePipe pipe = begin_tiles<A, D, kEightBit, kNormPass>(shared);
     stage_maps<A>(shared, hp, qmap1, qmap2);  // (its __syncthreads also publishes the pipeline's barriers)
     const TensorRuns runs = {t};
     const bool saw_nonfinite = run_all<A, D, kEightBit, kNormPass>(shared, runs, hp, pipe);
     if (threadIdx.x >= kThreads) return;
     if (kNormPass) {
-        finish_update_norms<kEightBit ? kTile8 : kTileFp32>(&t, 1, blocks_done, shared.scratch);
+        finish_update_norms<kEightBit ? kTile8 : kTileFp32, norm_count(A)>(&t, 1, blocks_done,
+                                                                           shared.scratch);
     } else if (saw_nonfinite && nonfinite_flag != 0) {
         *nonfinite_flag = 1;
     }
@@ -963,17 +1078,64 @@ __device__ __forceinline__ void multi_tensor_kernel(const OptimTensor* tensors, 
                                                     int* nonfinite_flag, unsigned* blocks_done) {
     __shared__ BlockShared<kEightBit> shared;
     if (kNormPass && blocks_done == 0) return;
-    TilePipe pipe = begin_tiles<D, kEightBit, kNormPass>(shared);
+    TilePipe pipe = begin_tiles<A, D, kEightBit, kNormPass>(shared);
     stage_maps<A>(shared, hp, qmap1, qmap2);  // (its __syncthreads also publishes the pipeline's barriers)
     const ChunkRuns runs = {tensors, chunks, num_chunks};
     const bool saw_nonfinite = run_all<A, D, kEightBit, kNormPass>(shared, runs, hp, pipe);
     if (threadIdx.x >= kThreads) return;
     if (kNormPass) {
-        finish_update_norms<kEightBit ? kTile8 : kTileFp32>(tensors, num_tensors, blocks_done,
-                                                            shared.scratch);
+        finish_update_norms<kEightBit ? kTile8 : kTileFp32, norm_count(A)>(tensors, num_tensors, blocks_done,
+                                                                           shared.scratch);
     } else if (saw_nonfinite && nonfinite_flag != 0) {
         *nonfinite_flag = 1;
     }
+}
+
+// --- Capturable steps: the step's parameters in device memory ---
+//
+// Note [Capturable steps]: a step captured into a graph is replayed with the kernel arguments it was
+// captured with, so a capturable group keeps its step count and parameters in device memory
+// (OptimStepState) and the kernels advance the count: N replays of one captured step are N steps. The
+// capturable entries (kernels/optim.cu) read the state's `params` once per block, through shared memory,
+// and call the same bodies as the ordinary entries, which take `params` by value. A step is one or more
+// launches (per element type, and the max_unorm pass before each update pass); all read the same
+// `params`, and the last launch (`advance`) moves the step on: each of its blocks counts itself in
+// `readers` after its read, and the block that counts last knows every block has read, so it may write
+// the next step's `count` and `params` (derive_step, from the state's schedule; Note [Per-step values]),
+// and resets `readers` for the next step. The next step's launches come after this one in stream order.
+// A launch with a step state must have every block take its count (no block returns before read_step).
+
+// The next step of `state`, by one thread, once every block of the step's last launch has read `current`.
+template <int A>
+__device__ __forceinline__ void advance_step(OptimStepState* state, const OptimParams& current) {
+    const i64 count = state->count + 1;
+    OptimParams next = current;
+    derive_step(A, state->schedule, count + 1, next);
+    state->params = next;
+    state->count = count;
+    state->readers = 0u;
+}
+
+// Every thread of the block: the step's parameters, read once by thread 0 and shared. With `advance`, the
+// last block to read also advances the step.
+template <int A>
+__device__ __forceinline__ OptimParams read_step(OptimStepState* state, bool advance) {
+    __shared__ OptimParams shared_params;
+    bool last = false;
+    if (threadIdx.x == 0) {
+        shared_params = state->params;
+        if (advance) {
+            __threadfence();  // the read above is complete before this block is counted
+            last = atomicAdd(&state->readers, 1u) == gridDim.x - 1u;
+        }
+    }
+    __syncthreads();
+    const OptimParams params = shared_params;
+    if (last) {
+        __threadfence();  // every block's read is complete before the state changes
+        advance_step<A>(state, params);
+    }
+    return params;
 }
 
 // The launch bounds of a kernel. Note: on an H200 the 8-bit kernels ran fastest with their tile copies

@@ -1,44 +1,67 @@
 // cudarc-info: lists the GPUs cudarc can see, the driver, memory and compute capability.
-// Without a driver it says what it looked for and exits non-zero.
+// Without a driver, or with a driver that sees no device, it says what it found and exits with status 1.
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <exception>
 
 #include "cudarc/cudarc.hpp"
+#include "cudarc/fmt.hpp"
 
-int main() {
+namespace {
+
+constexpr const char* kFooter = R"(
+Exit status: 0 devices listed; 1 no usable GPU (no driver, or no device: the message says which);
+2 bad command line; 3 a device failed while being described.)";
+
+int list_devices() {
+    int count = 0;
+    cudarc::DriverVersion driver;
     try {
-        const int count = cudarc::Device::count();
-        const int version = cudarc::Device::driver_version();
-        if (count == 0) {
-            fmt::print(stderr, "cudarc-info: the driver loaded (version {}.{}) but sees no device\n",
-                       version / 1000, (version % 1000) / 10);
-            return 1;
-        }
+        count = cudarc::Device::count();
+        driver = cudarc::DriverVersion{cudarc::Device::driver_version()};
+    } catch (const cudarc::Error& e) {
+        fmt::print(stderr, "cudarc-info: {}\n", e.what());
+        return 1;
+    }
+    if (count == 0) {
+        fmt::print(stderr, "cudarc-info: the driver loaded (version {}) but sees no device\n", driver);
+        return 1;
+    }
+    try {
         for (int ordinal = 0; ordinal < count; ++ordinal) {
             const auto device = cudarc::Device::open(ordinal);
-            const auto cc = device.compute_capability();
-            const auto memory = device.memory_info();
             if (ordinal == 0) {
-                fmt::print("backend: {}, driver version {}.{}, {} device(s)\n",
-                           cudarc::to_string(device.backend()), version / 1000, (version % 1000) / 10, count);
+                fmt::print("cudarc {}, backend {}, driver version {}, {} device(s)\n", cudarc::version(),
+                           device.backend(), driver, count);
             }
             fmt::print("device {}: {}\n", ordinal, device.name());
             fmt::print("  uuid:               {}\n", device.uuid_string());
             fmt::print("  pci bus id:         {}\n", device.pci_bus_id());
-            fmt::print("  compute capability: {}.{} ({})\n", cc.major, cc.minor, device.arch());
+            fmt::print("  compute capability: {} ({})\n", device.compute_capability(), device.arch());
             fmt::print("  multiprocessors:    {}\n", device.multiprocessor_count());
-            fmt::print("  memory:             {:.2f} GiB total, {:.2f} GiB free\n",
-                       static_cast<double>(memory.total) / (1u << 30),
-                       static_cast<double>(memory.free) / (1u << 30));
+            fmt::print("  memory:             {}\n", device.memory_info());
         }
         return 0;
-    } catch (const cudarc::Error& e) {
-        fmt::print(stderr, "cudarc-info: {}\n", e.what());
-        return 1;
     } catch (const std::exception& e) {
-        fmt::print(stderr, "cudarc-info: unexpected error: {}\n", e.what());
-        return 1;
+        std::fflush(stdout);
+        fmt::print(stderr, "cudarc-info: {}\n", e.what());
+        return 3;
     }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"cudarc-info: lists the GPUs cudarc can see, with the driver, memory and compute capability",
+                 "cudarc-info"};
+    app.set_version_flag("--version", fmt::format("cudarc-info {}", cudarc::version()));
+    app.footer(kFooter);
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e) == 0 ? 0 : 2;
+    }
+    return list_devices();
 }

@@ -3,7 +3,9 @@
 // PTX or CUBIN next to the input.
 #include <fmt/format.h>
 #include <fmt/ranges.h>  // fmt::join (in fmt/format.h before fmt 11)
+#include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <exception>
@@ -18,35 +20,23 @@
 
 #include "cudarc/compile_options.hpp"
 #include "cudarc/error.hpp"
+#include "cudarc/fmt.hpp"
 #include "cudarc/nvrtc.hpp"
 #include "cudarc/ptxas_report.hpp"
+#include "cudarc/version.hpp"
 #include "sys/driver_api.hpp"
 
 namespace {
 
-constexpr std::string_view kUsage = R"(usage: cudarc-nvrtc FILE.cu [options]
+constexpr const char* kDescription =
+    R"(cudarc-nvrtc: compiles FILE.cu with NVRTC, prints the compiler's log and, for CUBIN, each kernel's registers and
+static shared memory, and writes FILE.cubin or FILE.ptx next to FILE.cu.)";
 
-Compiles FILE.cu with NVRTC, prints the compiler's log and, for CUBIN, each kernel's registers and
-static shared memory, and writes FILE.cubin or FILE.ptx next to FILE.cu.
-
-options:
-  --arch ARCH          sm_XY (CUBIN, e.g. sm_90) or compute_XY (PTX, e.g. compute_90);
-                       default: the GPU present (device 0), else sm_90
-  --cubin              write CUBIN (turns a compute_XY arch into sm_XY)
-  --ptx                write PTX (turns an sm_XY arch into compute_XY)
-  -DNAME[=VALUE]       define a macro (also -D NAME[=VALUE])
-  -IDIR                add an include folder (also -I DIR); FILE's own folder is always searched
-  --std=c++NN          C++ standard (default c++17)
-  -e, --name-expression EXPR
-                       instantiate a template, e.g. -e "scale<float>", and print its lowered name
-  -o PATH              write the output to PATH instead
-  -h, --help           show this text
-  any other option starting with '-' goes to NVRTC unchanged, e.g. --use_fast_math,
-  --generate-line-info, --maxrregcount=64 (see NVRTC's documentation for the list)
-
+constexpr const char* kFooter = R"(
+Any other option starting with '-' goes to NVRTC unchanged, e.g. --use_fast_math, --generate-line-info,
+--maxrregcount=64 (see NVRTC's documentation for the list).
 The kernels shipped with cudarc (kernels/*.cuh) are available to #include by name.
-Exit status: 0 compiled, 1 the compiler rejected the source or options, 2 bad command line.
-)";
+Exit status: 0 compiled, 1 the compiler rejected the source or options, 2 bad command line.)";
 
 enum class Output { from_arch, ptx, cubin };
 
@@ -57,62 +47,71 @@ struct Arguments {
     std::string output_path;
     cudarc::CompileOptions options;
     std::vector<std::string> name_expressions;
-    bool help = false;
 };
 
 struct UsageError {
     std::string message;
 };
 
-// The value of an option given as "--opt=VALUE", "-oVALUE" or "--opt VALUE".
-std::string take_value(const std::vector<std::string>& args, std::size_t& i, std::string_view inline_value,
-                       std::string_view option) {
-    if (!inline_value.empty()) return std::string(inline_value);
-    if (i + 1 >= args.size()) throw UsageError{fmt::format("{} needs a value", option)};
-    return args[++i];
+// cudarc-nvrtc's own options, as they may be spelt; every other argument that starts with '-' is NVRTC's.
+bool is_own_option(std::string_view arg) {
+    for (std::string_view exact :
+         {"-h", "--help", "--version", "--ptx", "--cubin", "--arch", "-e", "--name-expression", "-o"}) {
+        if (arg == exact) return true;
+    }
+    for (std::string_view prefix : {"--arch=", "--name-expression=", "--std=", "-D", "-I"}) {
+        if (arg.starts_with(prefix)) return true;
+    }
+    return false;
 }
 
-Arguments parse(const std::vector<std::string>& args) {
+// Parses with CLI11 after setting NVRTC's options aside. nvcc's single-dash spellings -arch and -std are
+// taken as --arch and --std.
+Arguments parse(CLI::App& app, int argc, char** argv) {
+    std::vector<std::string> ours;
     Arguments out;
-    for (std::size_t i = 0; i < args.size(); ++i) {
-        const std::string& arg = args[i];
-        const std::string_view view(arg);
-        auto after = [&](std::string_view prefix) { return view.substr(prefix.size()); };
-        if (arg == "-h" || arg == "--help") {
-            out.help = true;
-        } else if (arg == "--ptx") {
-            out.output = Output::ptx;
-        } else if (arg == "--cubin") {
-            out.output = Output::cubin;
-        } else if (arg == "--arch" || arg == "-arch" || view.starts_with("--arch=") ||
-                   view.starts_with("-arch=")) {
-            const auto eq = view.find('=');
-            out.arch = take_value(args, i, eq == std::string_view::npos ? "" : view.substr(eq + 1), "--arch");
-        } else if (view.starts_with("-D")) {
-            const std::string define = take_value(args, i, after("-D"), "-D");
-            const auto eq = define.find('=');
-            out.options.defines.emplace_back(define.substr(0, eq),
-                                             eq == std::string::npos ? std::string() : define.substr(eq + 1));
-        } else if (view.starts_with("-I")) {
-            out.options.include_paths.push_back(take_value(args, i, after("-I"), "-I"));
-        } else if (view.starts_with("--std=") || view.starts_with("-std=")) {
-            out.options.cpp_standard = arg.substr(arg.find('=') + 1);
-        } else if (arg == "-e" || arg == "--name-expression" || view.starts_with("--name-expression=")) {
-            const auto eq = view.find('=');
-            out.name_expressions.push_back(take_value(
-                args, i, eq == std::string_view::npos ? "" : view.substr(eq + 1), "--name-expression"));
-        } else if (arg == "-o") {
-            out.output_path = take_value(args, i, "", "-o");
-        } else if (view.starts_with("-") && view.size() > 1) {
+    for (int i = 1; i < argc; ++i) {
+        std::string arg = argv[i];
+        if (arg == "-arch" || arg.starts_with("-arch=") || arg.starts_with("-std=")) arg.insert(0, "-");
+        if (arg.size() > 1 && arg[0] == '-' && !is_own_option(arg)) {
             out.options.extra.push_back(arg);
-        } else if (out.file.empty()) {
-            out.file = arg;
         } else {
-            throw UsageError{
-                fmt::format("only one input file is compiled at a time (got {} and {})", out.file, arg)};
+            ours.push_back(std::move(arg));
         }
     }
-    if (!out.help && out.file.empty()) throw UsageError{"no input file"};
+    std::vector<std::string> defines;
+    std::vector<std::string> includes;
+    bool ptx = false;
+    bool cubin = false;
+    app.add_option("file", out.file, "the CUDA source to compile");
+    app.add_option("--arch", out.arch,
+                   "sm_XY (CUBIN, e.g. sm_90) or compute_XY (PTX, e.g. compute_90); default: the GPU present "
+                   "(device 0), else sm_90");
+    app.add_flag("--cubin", cubin, "write CUBIN (turns a compute_XY arch into sm_XY)");
+    app.add_flag("--ptx", ptx, "write PTX (turns an sm_XY arch into compute_XY)");
+    app.add_option("-D", defines, "define a macro: -DNAME[=VALUE] or -D NAME[=VALUE]")
+        ->allow_extra_args(false);
+    app.add_option("-I", includes,
+                   "add an include folder: -IDIR or -I DIR; FILE's own folder is always searched")
+        ->allow_extra_args(false);
+    app.add_option("--std", out.options.cpp_standard, "C++ standard, e.g. --std=c++20")
+        ->capture_default_str();
+    app.add_option("-e,--name-expression", out.name_expressions,
+                   "instantiate a template, e.g. -e \"scale<float>\", and print its lowered name")
+        ->allow_extra_args(false);
+    app.add_option("-o", out.output_path, "write the output to this path instead");
+    app.get_option("--cubin")->excludes(app.get_option("--ptx"));
+    std::reverse(ours.begin(), ours.end());  // CLI11 takes its arguments last first
+    app.parse(ours);
+    if (out.file.empty()) throw UsageError{"no input file"};
+    if (ptx) out.output = Output::ptx;
+    if (cubin) out.output = Output::cubin;
+    for (const std::string& define : defines) {
+        const auto eq = define.find('=');
+        out.options.defines.emplace_back(define.substr(0, eq),
+                                         eq == std::string::npos ? std::string() : define.substr(eq + 1));
+    }
+    out.options.include_paths = includes;
     return out;
 }
 
@@ -291,15 +290,22 @@ int run(const Arguments& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    CLI::App app{kDescription, "cudarc-nvrtc"};
+    app.set_version_flag("--version", fmt::format("cudarc-nvrtc {}", cudarc::version()));
+    app.footer(kFooter);
+    Arguments args;
     try {
-        const Arguments args = parse(std::vector<std::string>(argv + 1, argv + argc));
-        if (args.help) {
-            fmt::print("{}", kUsage);
-            return 0;
-        }
+        args = parse(app, argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e) == 0 ? 0 : 2;
+    } catch (const UsageError& e) {
+        fmt::print(stderr, "cudarc-nvrtc: {}\nRun with --help for more information.\n", e.message);
+        return 2;
+    }
+    try {
         return run(args);
     } catch (const UsageError& e) {
-        fmt::print(stderr, "cudarc-nvrtc: {}\n\n{}", e.message, kUsage);
+        fmt::print(stderr, "cudarc-nvrtc: {}\n", e.message);
         return 2;
     } catch (const cudarc::CompileError& e) {
         fmt::print(stderr, "{}\n", e.what());

@@ -1,4 +1,4 @@
-// cudarc — the umbrella header.
+// cudarc — the umbrella header. (cudarc/fmt.hpp, the fmt formatters, is opt-in and not included here.)
 #pragma once
 
 #include "cudarc/borrowed.hpp"
@@ -18,3 +18,4 @@
 #include "cudarc/pinned.hpp"
 #include "cudarc/slice.hpp"
 #include "cudarc/stream.hpp"
+#include "cudarc/version.hpp"

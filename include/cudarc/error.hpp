@@ -14,7 +14,7 @@ enum class Backend { cuda, hip };
 
 // Thrown for every failure: a failing driver call, a library that cannot be loaded, bad input.
 // Note: the library never calls abort(); destructors swallow errors and record them for the next
-// call on the same device (see Device::take_deferred_error).
+// call on the same device (see Device::rethrow_deferred_error).
 class Error : public std::runtime_error {
   public:
     // A failure that is not a driver call (bad input, missing library).

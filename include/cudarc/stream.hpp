@@ -21,9 +21,12 @@ struct StreamOptions {
 };
 
 // A stream. Move-only. Three kinds:
-//  - created (Device::create_stream): owned, destroyed with the object;
-//  - forked (Stream::fork): owned; it first waits for the parent's work so far, and its destructor makes
-//    the parent wait for the child's last work (an event and cuStreamWaitEvent: the host never blocks);
+//  - created (Device::create_stream): owned; its handle comes from the device's stream pool and goes back
+//    to it when the object is destroyed (pooled handles are destroyed with the device, so a handle's value
+//    names one stream for the device's whole life);
+//  - forked (Stream::fork): owned and pooled the same way; it first waits for the parent's work so far,
+//    and its destructor makes the parent wait for the child's last work (an event and cuStreamWaitEvent:
+//    the host never blocks);
 //  - wrapped (Stream::wrap): a foreign stream, e.g. another framework's current stream, never destroyed
 //    by cudarc. It must outlive its wrapper, and nothing more: destroying the wrapper records a final
 //    event on the stream, and buffers or allocations that used it order after that event from then on

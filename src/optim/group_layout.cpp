@@ -27,19 +27,32 @@ int state_arrays(UpdateRule rule, double momentum) noexcept {
     switch (rule) {
         case UpdateRule::adam:
         case UpdateRule::adamw:
+        case UpdateRule::ademamix:
+        case UpdateRule::lamb:
             return 2;
         case UpdateRule::sgd:
             return momentum != 0.0 ? 1 : 0;
         case UpdateRule::lion:
         case UpdateRule::rmsprop:
         case UpdateRule::adagrad:
+        case UpdateRule::lars:
             return 1;
     }
     return 0;
 }
 
+StateShape state_shape(UpdateRule rule, double momentum) noexcept {
+    return StateShape{state_arrays(rule, momentum), rule == UpdateRule::ademamix, abi::norm_count(rule)};
+}
+
 GroupLayout plan_group(StatePrecision precision, int state_count, std::span<const ElementType> types,
                        std::span<const std::int64_t> numels, std::int64_t max_chunk_elements) {
+    return plan_group(precision, StateShape{state_count}, types, numels, max_chunk_elements);
+}
+
+GroupLayout plan_group(StatePrecision precision, StateShape shape, std::span<const ElementType> types,
+                       std::span<const std::int64_t> numels, std::int64_t max_chunk_elements) {
+    const int state_count = shape.arrays;
     if (types.size() != numels.size()) {
         throw Error(
             fmt::format("cudarc::optim: {} element types for {} tensors", types.size(), numels.size()));
@@ -55,6 +68,9 @@ GroupLayout plan_group(StatePrecision precision, int state_count, std::span<cons
     std::size_t end = 0;
     layout.flag_offset = 0;
     layout.counter_offset = 16;
+    layout.step_offset = 64;
+    static_assert(64 + sizeof(abi::StepState) <= kRegionAlignment && alignof(abi::StepState) <= 64,
+                  "the group's header holds the flag, the counter and the step state");
     end = kRegionAlignment;
     layout.tensors.resize(numels.size());
     for (std::size_t i = 0; i < numels.size(); ++i) {
@@ -63,15 +79,26 @@ GroupLayout plan_group(StatePrecision precision, int state_count, std::span<cons
         t.numel = numels[i];
         const auto n = static_cast<std::size_t>(numels[i]);
         t.begin = end;
-        if (state_count >= 1) t.state1 = reserve(end, n * state_element);
+        // With a third state, state1's region holds it too, state3_offset(n) elements on.
+        const bool third = shape.third && state_count >= 1;
+        const auto third_at = static_cast<std::size_t>(cudarc_optim::state3_offset(numels[i]));
+        if (state_count >= 1) {
+            t.state1 = reserve(end, (third ? third_at + n : n) * state_element);
+            if (third) t.state3 = t.state1 + third_at * state_element;
+        }
         if (state_count >= 2) t.state2 = reserve(end, n * state_element);
         if (precision == StatePrecision::blockwise8) {
             const auto blocks = static_cast<std::size_t>(abi::absmax_count(numels[i]));
-            if (state_count >= 1) t.absmax1 = reserve(end, blocks * sizeof(float));
+            const auto third_absmax_at = static_cast<std::size_t>(cudarc_optim::absmax3_offset(numels[i]));
+            if (state_count >= 1) {
+                t.absmax1 = reserve(end, (third ? third_absmax_at + blocks : blocks) * sizeof(float));
+                if (third) t.absmax3 = t.absmax1 + third_absmax_at * sizeof(float);
+            }
             if (state_count >= 2) t.absmax2 = reserve(end, blocks * sizeof(float));
         }
         t.unorm = reserve(
-            end, static_cast<std::size_t>(abi::unorm_workspace_floats(numels[i], precision)) * sizeof(float));
+            end, static_cast<std::size_t>(abi::unorm_workspace_floats(numels[i], precision, shape.norms)) *
+                     sizeof(float));
         t.end = end;
     }
     layout.arena_bytes = end;

@@ -28,8 +28,13 @@ struct TensorLayout {
     std::size_t state2 = kNoRegion;   // same (Adam, AdamW)
     std::size_t absmax1 = kNoRegion;  // 8-bit: float[absmax_count(numel)]
     std::size_t absmax2 = kNoRegion;
-    std::size_t unorm =
-        kNoRegion;          // float[unorm_workspace_floats(numel)]: always, so max_unorm can be turned on
+    // AdEMAMix's slow EMA (state 3) and its absmax values: inside state1's and absmax1's regions, at
+    // cudarc_optim::state3_offset(numel) elements and absmax3_offset(numel) floats (the kernels find
+    // them there).
+    std::size_t state3 = kNoRegion;
+    std::size_t absmax3 = kNoRegion;
+    // float[unorm_workspace_floats(numel, precision, norms)]: always, so max_unorm can be turned on
+    std::size_t unorm = kNoRegion;
     std::size_t begin = 0;  // [begin, end): every region of this tensor (for prefetching)
     std::size_t end = 0;
     std::size_t bucket = 0;  // the bucket of its element type
@@ -50,15 +55,29 @@ struct GroupLayout {
     std::vector<BucketLayout> buckets;
     std::size_t flag_offset = 0;     // int: set to 1 by a step that met a non-finite gradient
     std::size_t counter_offset = 0;  // unsigned: the max_unorm pass's blocks_done (0 between launches)
+    std::size_t step_offset = 0;     // abi::StepState: a capturable group's step (Note [Capturable steps])
     std::size_t arena_bytes = 0;
     std::size_t table_bytes = 0;
 };
 
-// The state arrays `rule` keeps per element: 0, 1 or 2 (SGD keeps its momentum buffer only with momentum).
+// The state arrays `rule` keeps per element: 0, 1 or 2 (SGD keeps its momentum buffer only with momentum;
+// AdEMAMix's third, its slow EMA, lives in state1's region).
 [[nodiscard]] int state_arrays(UpdateRule rule, double momentum) noexcept;
 
+// How a rule's state is laid out per tensor: its state arrays (regions state1 and state2), whether
+// state1's region holds AdEMAMix's slow EMA too (`third`), and the sums per tile of its first pass.
+struct StateShape {
+    int arrays = 0;
+    bool third = false;
+    int norms = 1;
+};
+[[nodiscard]] StateShape state_shape(UpdateRule rule, double momentum) noexcept;
+
 // Plans a group. `types` and `numels` are per tensor (same length, at least one; numels >= 0). Throws
-// cudarc::Error for mismatched spans, an empty group or a negative size.
+// cudarc::Error for mismatched spans, an empty group or a negative size. (An int is StateShape{arrays}.)
+[[nodiscard]] GroupLayout plan_group(StatePrecision precision, StateShape shape,
+                                     std::span<const ElementType> types, std::span<const std::int64_t> numels,
+                                     std::int64_t max_chunk_elements);
 [[nodiscard]] GroupLayout plan_group(StatePrecision precision, int state_count,
                                      std::span<const ElementType> types, std::span<const std::int64_t> numels,
                                      std::int64_t max_chunk_elements);

@@ -2,12 +2,17 @@
 // kernels/optim.cu. The terms are the public ones (UpdateRule, ElementType, StatePrecision, GroupOptions)
 // and the structs are the kernels' own (kernels/optim_common.cuh, which compiles for the host too).
 //
-// Kernel names. Two templates, instantiated through name expressions (kernel_name() spells them):
+// Kernel names. Templates instantiated through name expressions (kernel_name() spells them):
 //     cudarc_optim::tensor_step<RULE, ELEMENT, PRECISION, NORM_PASS>   layout tensor: one tensor
 //     cudarc_optim::multi_step<RULE, ELEMENT, PRECISION, NORM_PASS>    layout multi_tensor: chunk tables
+//     cudarc_optim::multi_step_capturable<RULE, ELEMENT, PRECISION, NORM_PASS>
+//                                     layout multi_tensor_capturable: chunk tables, parameters in device
+//                                     memory
+//     cudarc_optim::store_step<RULE>  writes a capturable group's OptimStepState (store_step_name())
 // with RULE, ELEMENT and PRECISION the public enums' values, NORM_PASS false for the update pass and true
 // for the max_unorm pass; e.g. "cudarc_optim::multi_step<1, 2, 1, false>" is AdamW's bf16 8-bit update.
-// A module compiled with the 4 expressions of one (rule, element type, precision) holds just those 4.
+// A module compiled with the expressions of one (rule, element type, precision) (kernel_names()) holds
+// just those.
 //
 // Parameter lists (the same for both passes of a layout):
 //     tensor: (OptimTensor tensor, OptimParams params, const QuantMapImage* qmap1,
@@ -15,6 +20,14 @@
 //     multi:  (const OptimTensor* tensors, const OptimChunk* chunks, int num_chunks, int num_tensors,
 //              OptimParams params, const QuantMapImage* qmap1, const QuantMapImage* qmap2,
 //              int* nonfinite_flag, unsigned* blocks_done)
+//     multi capturable: (const OptimTensor* tensors, const OptimChunk* chunks, int num_chunks,
+//              int num_tensors, OptimStepState* step, int advance, const QuantMapImage* qmap1,
+//              const QuantMapImage* qmap2, int* nonfinite_flag, unsigned* blocks_done)
+//     store_step: (OptimStepState* state, OptimParams params, StepSchedule schedule, long long count);
+//              one thread
+// The capturable layout reads the step's parameters from `step` (make_step_state's values, written by
+// store_step); `advance` is nonzero in the step's last launch only, which moves the step on (Note
+// [Capturable steps] in kernels/optim_device.cuh). Every launch of one step shares `step`.
 // qmap1/qmap2: the code maps for state1/state2 as make_map_image() lays them out (kQuantMapImageBytes
 // each, in device memory, 16-byte aligned); state_map(rule, 1 or 2) says which map. 8-bit only: fp32
 // kernels ignore them, and a map for a state the rule lacks may be null. nonfinite_flag: may be null;
@@ -57,8 +70,11 @@ using KernelParams = cudarc_optim::OptimParams;
 using TensorDesc = cudarc_optim::OptimTensor;
 using Chunk = cudarc_optim::OptimChunk;
 using MapImage = cudarc_optim::QuantMapImage;
+// A capturable group's step in device memory, and the options its derived values come from.
+using StepState = cudarc_optim::OptimStepState;
+using StepSchedule = cudarc_optim::StepSchedule;
 
-enum class KernelLayout : int { tensor = 0, multi_tensor = 1 };
+enum class KernelLayout : int { tensor = 0, multi_tensor = 1, multi_tensor_capturable = 2 };
 enum class KernelPass : int { update = 0, update_norm = 1 };
 
 inline constexpr unsigned kBlockThreads = cudarc_optim::kThreads;
@@ -74,19 +90,47 @@ inline constexpr std::string_view kKernelSource = "optim.cu";
 // The name expression of one kernel (also how Module::kernel finds it).
 [[nodiscard]] std::string kernel_name(UpdateRule rule, ElementType type, StatePrecision precision,
                                       KernelLayout layout, KernelPass pass);
-// The 4 name expressions of (rule, type, precision): both layouts, both passes.
+// The name expression of store_step for `rule`.
+[[nodiscard]] std::string store_step_name(UpdateRule rule);
+// The name expressions an optimizer of (rule, precision) compiles for element type `type`: the tensor and
+// multi layouts, both passes (4), or for a capturable optimizer the capturable layout's two passes and
+// store_step (3).
 [[nodiscard]] std::vector<std::string> kernel_names(UpdateRule rule, ElementType type,
-                                                    StatePrecision precision);
+                                                    StatePrecision precision, bool capturable = false);
 
 // Validates `options` for `rule` with the given grad scale and 1-based step number (throws cudarc::Error
-// naming the bad field) and derives the kernel's fields in double: inv_grad_scale, step_size,
-// bias_correction2_sqrt, decay.
+// naming the bad field) and derives the kernel's fields in double: inv_grad_scale and decay here, the
+// step's own (step_size, bias_correction2_sqrt) by cudarc_optim::derive_step, as a capturable step does on
+// the device (Note [Per-step values] in kernels/optim_common.cuh).
 [[nodiscard]] KernelParams make_kernel_params(UpdateRule rule, const GroupOptions& options, double grad_scale,
                                               std::int64_t step);
 
-// The code map for state 1 or 2: signed for first moments and momentum, unsigned for second moments
-// (Adam's state2, RMSprop's square average, Adagrad's sum of squares), which are never negative.
+// What store_step writes for a capturable group: the parameters of make_kernel_params (its checks
+// included; the step-derived fields are the device's to fill) and the options they derive from.
+struct StepSettings {
+    KernelParams params;
+    StepSchedule schedule;
+};
+[[nodiscard]] StepSettings make_step_settings(UpdateRule rule, const GroupOptions& options,
+                                              double grad_scale);
+// The options `rule`'s step values derive from (the logarithms only for AdEMAMix's beta3 warm-up).
+[[nodiscard]] StepSchedule step_schedule(UpdateRule rule, const GroupOptions& options) noexcept;
+
+// The code map for state 1, 2 or 3: signed for first moments and momentum (AdEMAMix's slow EMA, state 3,
+// included), unsigned for second moments (state 2, RMSprop's square average, Adagrad's sum of squares),
+// which are never negative.
 [[nodiscard]] MapSign state_map(UpdateRule rule, int state) noexcept;
+
+// The sums per tile and tensor of a rule's first pass (max_unorm's, or the trust ratio's): 1 (the squared
+// update norm) or, for LAMB and LARS, 2 (and the squared parameter norm).
+[[nodiscard]] constexpr int norm_count(UpdateRule rule) noexcept {
+    return cudarc_optim::norm_count(static_cast<int>(rule));
+}
+// Whether every step of `rule` launches the first pass (LAMB and LARS: their trust ratios), whatever
+// max_unorm is.
+[[nodiscard]] constexpr bool always_two_passes(UpdateRule rule) noexcept {
+    return cudarc_optim::uses_trust_ratio(static_cast<int>(rule));
+}
 
 [[nodiscard]] constexpr std::int64_t absmax_count(std::int64_t numel) noexcept {
     return (numel + kQuantBlock - 1) / kQuantBlock;
@@ -94,15 +138,16 @@ inline constexpr std::string_view kKernelSource = "optim.cu";
 [[nodiscard]] constexpr std::int64_t tile_count(std::int64_t numel, StatePrecision precision) noexcept {
     return (numel + tile_elements(precision) - 1) / tile_elements(precision);
 }
-// Floats in one tensor's max_unorm workspace: the squared norm, then one partial sum per tile.
-[[nodiscard]] constexpr std::int64_t unorm_workspace_floats(std::int64_t numel,
-                                                            StatePrecision precision) noexcept {
-    return 1 + tile_count(numel, precision);
+// Floats in one tensor's first-pass workspace: the `norms` sums, then `norms` partial sums per tile.
+[[nodiscard]] constexpr std::int64_t unorm_workspace_floats(std::int64_t numel, StatePrecision precision,
+                                                            int norms = 1) noexcept {
+    return norms * (1 + tile_count(numel, precision));
 }
 
-// Dynamic shared memory for the update pass of (precision, type) on a device of compute capability
-// `major` (CUDA; 0 for HIP): the 8-bit kernels' tile buffers on sm_90 and later, else 0.
-[[nodiscard]] std::size_t dynamic_shared_bytes(StatePrecision precision, ElementType type,
+// Dynamic shared memory for the update pass of (rule, precision, type) on a device of compute capability
+// `major` (CUDA; 0 for HIP): the 8-bit kernels' tile buffers on sm_90 and later (three states' for
+// AdEMAMix, two otherwise), else 0.
+[[nodiscard]] std::size_t dynamic_shared_bytes(UpdateRule rule, StatePrecision precision, ElementType type,
                                                int major) noexcept;
 // Threads per block of the update pass: kBlockThreads plus the producer warp of the 8-bit kernels'
 // tile copies on sm_90 and later.

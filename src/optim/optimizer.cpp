@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstddef>
 #include <cstring>
 #include <utility>
 
@@ -47,6 +48,29 @@ void check_same_device(std::string_view where, int device, const ParamTensor& te
     if (tensor.device_ordinal() != device) {
         throw Error(fmt::format("{}: tensor {} is not in device {}'s memory (the stream's device)", where,
                                 index, device));
+    }
+}
+
+// Note: a step of an ordinary optimizer passes its step number and hyper-parameters as kernel arguments,
+// which a captured graph would repeat at every replay (Note [Capturable steps]).
+void check_not_captured(std::string_view where, const Stream& stream) {
+    if (stream.is_capturing()) {
+        throw Error(fmt::format(
+            "{}: the stream is being captured, but this optimizer is not capturable: its step number and "
+            "hyper-parameters are kernel arguments, so every replay would repeat this step. Create it with "
+            "OptimizerOptions::capturable = true",
+            where));
+    }
+}
+
+// A table upload goes through page-locked staging whose reuse is decided by an event query, which a
+// capture does not allow (and the upload would be replayed with the staged bytes of the capture).
+void refuse_table_upload_while_captured(std::string_view where, const Stream& stream) {
+    if (stream.is_capturing()) {
+        throw Error(fmt::format(
+            "{}: the tensors' buffers differ from the ones the group's tables hold, and the stream is being "
+            "captured: step once outside the capture with these buffers first",
+            where));
     }
 }
 
@@ -145,37 +169,53 @@ const KernelSet& OptimizerState::kernels_for(ElementType type) {
     auto& slot = kernels[static_cast<std::size_t>(type)];
     if (slot) return *slot;
     const StatePrecision precision = options.precision;
-    const Module& module =
-        Module::shipped(device, abi::kKernelSource, abi::kernel_names(options.rule, type, precision));
+    const bool capturable = options.capturable;
+    const Module& module = Module::shipped(device, abi::kKernelSource,
+                                           abi::kernel_names(options.rule, type, precision, capturable));
     auto name = [&](abi::KernelLayout layout, abi::KernelPass pass) {
         return abi::kernel_name(options.rule, type, precision, layout, pass);
     };
     using abi::KernelLayout;
     using abi::KernelPass;
     KernelSet set;
-    set.tensor_update =
-        module.kernel<TensorKernel::signature>(name(KernelLayout::tensor, KernelPass::update));
-    set.tensor_unorm =
-        module.kernel<TensorKernel::signature>(name(KernelLayout::tensor, KernelPass::update_norm));
-    set.multi_update =
-        module.kernel<MultiKernel::signature>(name(KernelLayout::multi_tensor, KernelPass::update));
-    set.multi_unorm =
-        module.kernel<MultiKernel::signature>(name(KernelLayout::multi_tensor, KernelPass::update_norm));
+    // The update and update-norm passes this optimizer launches.
+    std::vector<const Function*> updates;
+    std::vector<const Function*> norms;
+    if (capturable) {
+        set.capturable_update = module.kernel<CapturableKernel::signature>(
+            name(KernelLayout::multi_tensor_capturable, KernelPass::update));
+        set.capturable_unorm = module.kernel<CapturableKernel::signature>(
+            name(KernelLayout::multi_tensor_capturable, KernelPass::update_norm));
+        set.store = module.kernel<StoreKernel::signature>(abi::store_step_name(options.rule));
+        updates = {&set.capturable_update.function()};
+        norms = {&set.capturable_unorm.function()};
+    } else {
+        set.tensor_update =
+            module.kernel<TensorKernel::signature>(name(KernelLayout::tensor, KernelPass::update));
+        set.tensor_unorm =
+            module.kernel<TensorKernel::signature>(name(KernelLayout::tensor, KernelPass::update_norm));
+        set.multi_update =
+            module.kernel<MultiKernel::signature>(name(KernelLayout::multi_tensor, KernelPass::update));
+        set.multi_unorm =
+            module.kernel<MultiKernel::signature>(name(KernelLayout::multi_tensor, KernelPass::update_norm));
+        updates = {&set.tensor_update.function(), &set.multi_update.function()};
+        norms = {&set.tensor_unorm.function(), &set.multi_unorm.function()};
+    }
     if (precision == StatePrecision::blockwise8) {
         const int major = device.backend() == Backend::cuda ? device.compute_capability().major : 0;
-        set.update_shared_bytes = static_cast<unsigned>(abi::dynamic_shared_bytes(precision, type, major));
+        set.update_shared_bytes =
+            static_cast<unsigned>(abi::dynamic_shared_bytes(options.rule, precision, type, major));
         set.update_block_threads = abi::update_block_threads(precision, major);
         if (set.update_shared_bytes > 0) {
-            set.tensor_update.set_max_dynamic_shared_memory(set.update_shared_bytes);
-            set.multi_update.set_max_dynamic_shared_memory(set.update_shared_bytes);
+            for (const Function* f : updates) f->set_max_dynamic_shared_memory(set.update_shared_bytes);
         }
         // 8-bit launches use one wave of resident blocks, so each stages its code maps once.
         int resident = INT_MAX;
-        for (const Function* f : {&set.tensor_update.function(), &set.multi_update.function()}) {
+        for (const Function* f : updates) {
             resident = std::min(resident, f->max_active_blocks_per_multiprocessor(set.update_block_threads,
                                                                                   set.update_shared_bytes));
         }
-        for (const Function* f : {&set.tensor_unorm.function(), &set.multi_unorm.function()}) {
+        for (const Function* f : norms) {
             resident = std::min(resident, f->max_active_blocks_per_multiprocessor(kBlockThreads, 0));
         }
         set.resident_per_multiprocessor = std::max(1, resident);
@@ -190,6 +230,18 @@ GroupId OptimizerState::add_group(Stream& stream, const GroupOptions& group_opti
     validate_group_options(where, options.rule, group_options);
     if (tensors.empty()) throw Error(fmt::format("{}: a parameter group needs at least one tensor", where));
     check_stream(where, stream);
+    if (options.capturable) {
+        // The step state moves on in the step's last launch; a group of empty tensors launches nothing.
+        const bool any_element =
+            std::any_of(tensors.begin(), tensors.end(), [](const ParamTensor& t) { return t.numel() > 0; });
+        if (!any_element) {
+            throw Error(fmt::format(
+                "{}: a capturable optimizer's group needs a tensor with at least one element (its kernels "
+                "advance the step count)",
+                where));
+        }
+        static_cast<void>(abi::make_step_settings(options.rule, group_options, grad_scale));
+    }
     std::vector<ElementType> types;
     std::vector<std::int64_t> numels;
     std::vector<TensorAddresses> addresses;
@@ -201,9 +253,9 @@ GroupId OptimizerState::add_group(Stream& stream, const GroupOptions& group_opti
     }
     auto group = std::make_unique<Group>();
     group->options = group_options;
-    group->state_count = state_arrays(options.rule, group_options.momentum);
-    group->layout =
-        plan_group(options.precision, group->state_count, types, numels, options.max_chunk_elements);
+    const StateShape shape = state_shape(options.rule, group_options.momentum);
+    group->state_count = shape.arrays;
+    group->layout = plan_group(options.precision, shape, types, numels, options.max_chunk_elements);
     // Compile (or load from the caches) before anything is allocated, so a failure leaves nothing behind.
     for (const BucketLayout& bucket : group->layout.buckets) static_cast<void>(kernels_for(bucket.type));
 
@@ -230,8 +282,34 @@ GroupId OptimizerState::add_group(Stream& stream, const GroupOptions& group_opti
         }
     }
     staging.upload(stream, device, group->tables.view(), image.data());
+    if (options.capturable) store_step(stream, *group, group_options, grad_scale, 0);
     groups.push_back(std::move(group));
     return GroupId{groups.size() - 1};
+}
+
+void OptimizerState::store_step(Stream& stream, Group& g, const GroupOptions& group_options, double scale,
+                                std::int64_t count) {
+    const abi::StepSettings settings = abi::make_step_settings(options.rule, group_options, scale);
+    const KernelSet& set = kernels_for(g.layout.buckets.front().type);
+    prepare_indirect_access(stream, g.state.view());
+    auto* state = device_pointer<abi::StepState>(g.state.device_ptr() + g.layout.step_offset);
+    launch(stream, LaunchConfig{1, 1}, set.store, state, settings.params, settings.schedule,
+           static_cast<long long>(count));
+}
+
+std::int64_t OptimizerState::device_step_count(Stream& stream, Group& g) {
+    std::int64_t count = 0;
+    copy(stream, std::as_writable_bytes(std::span<std::int64_t>(&count, 1)),
+         std::as_const(g.state).view(g.layout.step_offset + offsetof(abi::StepState, count), sizeof(count)));
+    return count;
+}
+
+void OptimizerState::require_not_capturable(std::string_view where, std::string_view instead) const {
+    if (!options.capturable) return;
+    throw Error(fmt::format(
+        "{}: this optimizer is capturable: its step counts and hyper-parameters live in device memory; use "
+        "{}",
+        where, instead));
 }
 
 void OptimizerState::upload_descriptors(Stream& stream, Group& g, std::size_t bucket) {
@@ -253,9 +331,16 @@ void OptimizerState::prepare(Stream& stream, Group& g, std::span<const ParamTens
 void OptimizerState::step_tensor(Stream& stream, GroupId id, std::size_t index, const ParamTensor& tensor) {
     constexpr std::string_view where = "cudarc::optim::Optimizer::step";
     Group& g = group(id, where);
+    if (options.capturable) {
+        throw Error(
+            fmt::format("{}: a capturable optimizer steps whole groups (its step count is the group's): "
+                        "use step(stream, group, tensors)",
+                        where));
+    }
     check_tensor(where, g.layout, index, tensor);
     check_stream(where, stream);
     check_same_device(where, device.ordinal(), tensor, index);
+    check_not_captured(where, stream);
     const abi::KernelParams params =
         kernel_params(where, options.rule, g.options, grad_scale, g.steps[index] + 1);
     const TensorLayout& t = g.layout.tensors[index];
@@ -275,7 +360,7 @@ void OptimizerState::step_tensor(Stream& stream, GroupId id, std::size_t index, 
 
     prepare(stream, g, std::span<const ParamTensor>(&tensor, 1));
     if (placement == StatePlacement::managed) prefetch(stream, g.state.view(t.begin, t.end - t.begin));
-    if (params.max_unorm > 0.0f) {
+    if (params.max_unorm > 0.0f || abi::always_two_passes(options.rule)) {
         launch(stream, config, set.tensor_unorm, desc, params, map(1), map(2), flag, blocks_done);
     }
     launch(stream, update_config(config, set), set.tensor_update, desc, params, map(1), map(2), flag,
@@ -292,6 +377,27 @@ void OptimizerState::step_group(Stream& stream, GroupId id, std::span<const Para
     for (std::size_t i = 0; i < tensors.size(); ++i) check_same_device(where, ordinal, tensors[i], i);
 
     // Everything that can throw for bad input is decided before any work is enqueued.
+    if (options.capturable) {
+        bool any_change = false;
+        for (std::size_t i = 0; i < tensors.size(); ++i) {
+            any_change = any_change ||
+                         !(TensorAddresses{tensors[i].param_ptr(), tensors[i].grad_ptr()} == g.addresses[i]);
+        }
+        if (any_change) refuse_table_upload_while_captured(where, stream);
+        prepare(stream, g, tensors);
+        if (placement == StatePlacement::managed) prefetch(stream, g.state.view());
+        if (any_change) {
+            for (std::size_t b = 0; b < g.layout.buckets.size(); ++b) {
+                for (const std::size_t i : g.layout.buckets[b].tensors) {
+                    g.addresses[i] = TensorAddresses{tensors[i].param_ptr(), tensors[i].grad_ptr()};
+                }
+                upload_descriptors(stream, g, b);
+            }
+        }
+        launch_capturable_step(stream, g);
+        return;
+    }
+    check_not_captured(where, stream);
     struct BucketPlan {
         bool uniform = true;  // one step number for all its tensors: one launch per pass
         abi::KernelParams params{};
@@ -311,19 +417,13 @@ void OptimizerState::step_group(Stream& stream, GroupId id, std::span<const Para
         if (plan.uniform) plan.params = kernel_params(where, options.rule, g.options, grad_scale, first + 1);
         any_change = any_change || plan.addresses_changed;
     }
+    if (any_change) refuse_table_upload_while_captured(where, stream);
     for (std::size_t b = 0; b < g.layout.buckets.size(); ++b) {
         if (plans[b].uniform) continue;  // validated above, once for the bucket
         for (const std::size_t i : g.layout.buckets[b].tensors) {
             static_cast<void>(kernel_params(where, options.rule, g.options, grad_scale, g.steps[i] + 1));
         }
     }
-    if (any_change && stream.is_capturing()) {
-        throw Error(fmt::format(
-            "{}: the tensors' buffers differ from the ones the group's tables hold, and the stream is being "
-            "captured: step once outside the capture with these buffers first",
-            where));
-    }
-
     prepare(stream, g, tensors);
     if (placement == StatePlacement::managed) prefetch(stream, g.state.view());
 
@@ -356,7 +456,7 @@ void OptimizerState::step_group(Stream& stream, GroupId id, std::span<const Para
                                                                   static_cast<int>(multiprocessors),
                                                                   set.resident_per_multiprocessor),
                                       kBlockThreads};
-            if (plan.params.max_unorm > 0.0f) {
+            if (plan.params.max_unorm > 0.0f || abi::always_two_passes(options.rule)) {
                 launch(stream, config, set.multi_unorm, descs, chunks, chunk_count, count, plan.params,
                        map(1), map(2), flag, blocks_done);
             }
@@ -364,6 +464,40 @@ void OptimizerState::step_group(Stream& stream, GroupId id, std::span<const Para
                    plan.params, map(1), map(2), flag, blocks_done);
         }
         for (const std::size_t i : bucket.tensors) ++g.steps[i];
+    }
+}
+
+void OptimizerState::launch_capturable_step(Stream& stream, Group& g) {
+    int* flag = device_pointer<int>(g.state.device_ptr() + g.layout.flag_offset);
+    auto* blocks_done = device_pointer<unsigned>(g.state.device_ptr() + g.layout.counter_offset);
+    auto* step = device_pointer<abi::StepState>(g.state.device_ptr() + g.layout.step_offset);
+    // Note: the group's max_unorm stays on or off as it was added (set_options), so every step of it, and
+    // every replay of a captured one, has the same launches.
+    const bool norm_pass = g.options.max_unorm > 0.0 || abi::always_two_passes(options.rule);
+    std::size_t last = 0;  // the bucket of the step's last launch, which advances the step
+    for (std::size_t b = 0; b < g.layout.buckets.size(); ++b) {
+        if (!g.layout.buckets[b].chunks.empty()) last = b;
+    }
+    prepare_indirect_access(stream, std::as_const(g.tables).view());
+    for (std::size_t b = 0; b < g.layout.buckets.size(); ++b) {
+        const BucketLayout& bucket = g.layout.buckets[b];
+        if (bucket.chunks.empty()) continue;
+        const KernelSet& set = kernels_for(bucket.type);
+        const auto* descs =
+            device_pointer<const abi::TensorDesc>(g.tables.device_ptr() + bucket.descs_offset);
+        const auto* chunks = device_pointer<const abi::Chunk>(g.tables.device_ptr() + bucket.chunks_offset);
+        const int count = static_cast<int>(bucket.tensors.size());
+        const int chunk_count = static_cast<int>(bucket.chunks.size());
+        const LaunchConfig config{
+            abi::recommended_multi_grid(bucket.chunks.size(), options.precision,
+                                        static_cast<int>(multiprocessors), set.resident_per_multiprocessor),
+            kBlockThreads};
+        if (norm_pass) {
+            launch(stream, config, set.capturable_unorm, descs, chunks, chunk_count, count, step, 0, map(1),
+                   map(2), flag, blocks_done);
+        }
+        launch(stream, update_config(config, set), set.capturable_update, descs, chunks, chunk_count, count,
+               step, b == last ? 1 : 0, map(1), map(2), flag, blocks_done);
     }
 }
 
@@ -419,10 +553,11 @@ const GroupOptions& Optimizer::options(GroupId group) const {
     return self.group(group, "cudarc::optim::Optimizer::options").options;
 }
 
-void Optimizer::set_options(GroupId group, const GroupOptions& options) {
-    CUDARC_OPTIM_SELF();
-    constexpr std::string_view where = "cudarc::optim::Optimizer::set_options";
-    detail::Group& g = self.group(group, where);
+namespace {
+
+// Validates a group's new options (set_options); throws naming `where`.
+void check_new_options(std::string_view where, const detail::OptimizerState& self, const detail::Group& g,
+                       const GroupOptions& options) {
     detail::validate_group_options(where, self.options.rule, options);
     if (detail::state_arrays(self.options.rule, options.momentum) > g.state_count) {
         throw Error(
@@ -430,12 +565,43 @@ void Optimizer::set_options(GroupId group, const GroupOptions& options) {
                         "and keeps none (add the group with momentum != 0)",
                         where, options.momentum));
     }
+    if (self.options.capturable && (options.max_unorm > 0.0) != (g.options.max_unorm > 0.0)) {
+        throw Error(fmt::format(
+            "{}: max_unorm {} would turn update-norm clipping {} for a capturable group added with max_unorm "
+            "{}: a capturable group's steps keep the launches they were added with (captured steps cannot "
+            "follow); add a new group for that",
+            where, options.max_unorm, options.max_unorm > 0.0 ? "on" : "off", g.options.max_unorm));
+    }
+}
+
+}  // namespace
+
+void Optimizer::set_options(GroupId group, const GroupOptions& options) {
+    CUDARC_OPTIM_SELF();
+    constexpr std::string_view where = "cudarc::optim::Optimizer::set_options";
+    detail::Group& g = self.group(group, where);
+    self.require_not_capturable(where, "set_options(stream, group, options)");
+    check_new_options(where, self, g, options);
+    g.options = options;
+}
+
+void Optimizer::set_options(Stream& stream, GroupId group, const GroupOptions& options) {
+    CUDARC_OPTIM_SELF();
+    constexpr std::string_view where = "cudarc::optim::Optimizer::set_options";
+    detail::Group& g = self.group(group, where);
+    check_new_options(where, self, g, options);
+    if (self.options.capturable) {
+        self.check_stream(where, stream);
+        self.store_step(stream, g, options, self.grad_scale, -1);
+    }
     g.options = options;
 }
 
 std::int64_t Optimizer::step_count(GroupId group, std::size_t index) const {
     CUDARC_OPTIM_SELF();
-    const detail::Group& g = self.group(group, "cudarc::optim::Optimizer::step_count");
+    constexpr std::string_view where = "cudarc::optim::Optimizer::step_count";
+    const detail::Group& g = self.group(group, where);
+    self.require_not_capturable(where, "step_count(stream, group)");
     if (index >= g.steps.size()) {
         throw Error(
             fmt::format("cudarc::optim::Optimizer::step_count: tensor index {} is out of range (the group "
@@ -447,27 +613,71 @@ std::int64_t Optimizer::step_count(GroupId group, std::size_t index) const {
 
 std::int64_t Optimizer::step_count(GroupId group) const {
     CUDARC_OPTIM_SELF();
-    const detail::Group& g = self.group(group, "cudarc::optim::Optimizer::step_count");
+    constexpr std::string_view where = "cudarc::optim::Optimizer::step_count";
+    const detail::Group& g = self.group(group, where);
+    self.require_not_capturable(where, "step_count(stream, group)");
     return *std::max_element(g.steps.begin(), g.steps.end());
+}
+
+std::int64_t Optimizer::step_count(Stream& stream, GroupId group) const {
+    CUDARC_OPTIM_SELF();
+    constexpr std::string_view where = "cudarc::optim::Optimizer::step_count";
+    detail::Group& g = self.group(group, where);
+    if (!self.options.capturable) return *std::max_element(g.steps.begin(), g.steps.end());
+    self.check_stream(where, stream);
+    return self.device_step_count(stream, g);
 }
 
 void Optimizer::set_step_count(GroupId group, std::int64_t count) {
     CUDARC_OPTIM_SELF();
     constexpr std::string_view where = "cudarc::optim::Optimizer::set_step_count";
     detail::Group& g = self.group(group, where);
+    self.require_not_capturable(where, "set_step_count(stream, group, count)");
     // The next step's number must be valid for the kernels.
     static_cast<void>(detail::kernel_params(where, self.options.rule, g.options, self.grad_scale, count + 1));
     std::fill(g.steps.begin(), g.steps.end(), count);
 }
 
-void Optimizer::set_grad_scale(double scale) {
+void Optimizer::set_step_count(Stream& stream, GroupId group, std::int64_t count) {
     CUDARC_OPTIM_SELF();
-    constexpr std::string_view where = "cudarc::optim::Optimizer::set_grad_scale";
+    constexpr std::string_view where = "cudarc::optim::Optimizer::set_step_count";
+    detail::Group& g = self.group(group, where);
+    static_cast<void>(detail::kernel_params(where, self.options.rule, g.options, self.grad_scale, count + 1));
+    if (self.options.capturable) {
+        self.check_stream(where, stream);
+        self.store_step(stream, g, g.options, self.grad_scale, count);
+    }
+    std::fill(g.steps.begin(), g.steps.end(), count);
+}
+
+namespace {
+
+void check_grad_scale(std::string_view where, const detail::OptimizerState& self, double scale) {
     for (const auto& g : self.groups) {
         static_cast<void>(detail::kernel_params(where, self.options.rule, g->options, scale, 1));
     }
     static_cast<void>(
         detail::kernel_params(where, UpdateRule::sgd, default_options(UpdateRule::sgd), scale, 1));
+}
+
+}  // namespace
+
+void Optimizer::set_grad_scale(double scale) {
+    CUDARC_OPTIM_SELF();
+    constexpr std::string_view where = "cudarc::optim::Optimizer::set_grad_scale";
+    self.require_not_capturable(where, "set_grad_scale(stream, scale)");
+    check_grad_scale(where, self, scale);
+    self.grad_scale = scale;
+}
+
+void Optimizer::set_grad_scale(Stream& stream, double scale) {
+    CUDARC_OPTIM_SELF();
+    constexpr std::string_view where = "cudarc::optim::Optimizer::set_grad_scale";
+    check_grad_scale(where, self, scale);
+    if (self.options.capturable) {
+        self.check_stream(where, stream);
+        for (const auto& g : self.groups) self.store_step(stream, *g, g->options, scale, -1);
+    }
     self.grad_scale = scale;
 }
 
@@ -510,19 +720,24 @@ std::vector<StateRegion> state_regions(const detail::TensorLayout& t, StatePreci
     const auto n = static_cast<std::size_t>(t.numel);
     const auto blocks = static_cast<std::size_t>(abi::absmax_count(t.numel));
     std::vector<StateRegion> regions;
-    auto add = [&](std::size_t offset, auto& vector, std::size_t count) {
-        if (resize) vector.assign(offset == detail::kNoRegion ? 0 : count, {});
-        if (offset != detail::kNoRegion) {
-            regions.push_back(StateRegion{offset, count * sizeof(vector[0]), vector.data()});
-        }
+    // `second`: where the host array's second half lives (AdEMAMix's slow EMA, after its fast one, as
+    // bitsandbytes stacks them), or kNoRegion for an array of `count` values.
+    auto add = [&](std::size_t offset, auto& vector, std::size_t count,
+                   std::size_t second = detail::kNoRegion) {
+        const std::size_t halves = second == detail::kNoRegion ? 1 : 2;
+        if (resize) vector.assign(offset == detail::kNoRegion ? 0 : halves * count, {});
+        if (offset == detail::kNoRegion) return;
+        const std::size_t bytes = count * sizeof(vector[0]);
+        regions.push_back(StateRegion{offset, bytes, vector.data()});
+        if (halves == 2) regions.push_back(StateRegion{second, bytes, vector.data() + count});
     };
     if (precision == StatePrecision::fp32) {
-        add(t.state1, s.state1, n);
+        add(t.state1, s.state1, n, t.state3);
         add(t.state2, s.state2, n);
     } else {
-        add(t.state1, s.codes1, n);
+        add(t.state1, s.codes1, n, t.state3);
         add(t.state2, s.codes2, n);
-        add(t.absmax1, s.absmax1, blocks);
+        add(t.absmax1, s.absmax1, blocks, t.absmax3);
         add(t.absmax2, s.absmax2, blocks);
     }
     return regions;

@@ -26,13 +26,20 @@ using TensorKernel = Kernel<void(abi::TensorDesc, abi::KernelParams, const abi::
                                  const abi::MapImage*, int*, unsigned*)>;
 using MultiKernel = Kernel<void(const abi::TensorDesc*, const abi::Chunk*, int, int, abi::KernelParams,
                                 const abi::MapImage*, const abi::MapImage*, int*, unsigned*)>;
+using CapturableKernel = Kernel<void(const abi::TensorDesc*, const abi::Chunk*, int, int, abi::StepState*,
+                                     int, const abi::MapImage*, const abi::MapImage*, int*, unsigned*)>;
+using StoreKernel = Kernel<void(abi::StepState*, abi::KernelParams, abi::StepSchedule, long long)>;
 
-// The four kernels of one (rule, element type, state precision).
+// The kernels of one (rule, element type, state precision): the tensor and multi layouts, or for a
+// capturable optimizer the capturable layout and store_step (abi::kernel_names).
 struct KernelSet {
     TensorKernel tensor_update;
     TensorKernel tensor_unorm;
     MultiKernel multi_update;
     MultiKernel multi_unorm;
+    CapturableKernel capturable_update;
+    CapturableKernel capturable_unorm;
+    StoreKernel store;
     int resident_per_multiprocessor = 1;  // blocks of these kernels that fit on one multiprocessor
     unsigned update_shared_bytes = 0;  // dynamic shared memory of the update pass (abi::dynamic_shared_bytes)
     unsigned update_block_threads = abi::kBlockThreads;  // its block size (abi::update_block_threads)
@@ -51,7 +58,8 @@ class UploadStaging {
 
 // Note [One state allocation per group]: a group's state, of all its tensors, is one slice (device
 // memory from the device's memory source, or managed memory for paged state): a 256-byte header (the
-// non-finite flag, the max_unorm launch counter), then each tensor's regions (GroupLayout). So a step of
+// non-finite flag, the max_unorm launch counter, a capturable group's step state), then each tensor's
+// regions (GroupLayout). So a step of
 // 1000 tensors checks one hazard state for all their state and prefetches paged state with one call.
 struct Group {
     GroupOptions options;
@@ -73,6 +81,14 @@ class OptimizerState {
     GroupId add_group(Stream& stream, const GroupOptions& options, std::span<const ParamTensor> tensors);
     void step_group(Stream& stream, GroupId id, std::span<const ParamTensor> tensors);
     void step_tensor(Stream& stream, GroupId id, std::size_t index, const ParamTensor& tensor);
+    // A capturable group's step state: writes `options` and the optimizer's grad scale (validated by
+    // abi::make_step_settings), and the step count when `count` >= 0, on `stream`.
+    void store_step(Stream& stream, Group& group, const GroupOptions& options, double scale,
+                    std::int64_t count);
+    [[nodiscard]] std::int64_t device_step_count(Stream& stream, Group& group);
+    void check_stream(std::string_view where, const Stream& stream) const;
+    // Throws, naming `where` and the overload to use instead, for a capturable optimizer.
+    void require_not_capturable(std::string_view where, std::string_view instead) const;
 
     Device device;
     OptimizerOptions options;
@@ -88,7 +104,8 @@ class OptimizerState {
     const KernelSet& kernels_for(ElementType type);
     [[nodiscard]] const abi::MapImage* map(int state) const noexcept;
     void upload_descriptors(Stream& stream, Group& group, std::size_t bucket);
-    void check_stream(std::string_view where, const Stream& stream) const;
+    // The launches of a capturable group step, once its tables are up to date.
+    void launch_capturable_step(Stream& stream, Group& group);
     // Orders the step's work on `stream` after earlier work on the tensors, the code maps and the state.
     void prepare(Stream& stream, Group& group, std::span<const ParamTensor> tensors);
 };

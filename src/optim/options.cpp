@@ -21,8 +21,18 @@ std::string_view to_string(UpdateRule rule) noexcept {
             return "rmsprop";
         case UpdateRule::adagrad:
             return "adagrad";
+        case UpdateRule::ademamix:
+            return "ademamix";
+        case UpdateRule::lamb:
+            return "lamb";
+        case UpdateRule::lars:
+            return "lars";
     }
     return "unknown";
+}
+
+bool supports(UpdateRule rule, StatePrecision precision) noexcept {
+    return precision == StatePrecision::fp32 || (rule != UpdateRule::lamb && rule != UpdateRule::lars);
 }
 
 std::string_view to_string(StatePrecision precision) noexcept {
@@ -53,6 +63,16 @@ GroupOptions default_options(UpdateRule rule) noexcept {
             o.lr = 1e-2;
             o.eps = 1e-10;
             break;
+        case UpdateRule::ademamix:
+            o.alpha = 5.0;
+            o.weight_decay = 1e-2;
+            break;
+        case UpdateRule::lamb:
+            break;
+        case UpdateRule::lars:
+            o.lr = 1e-2;
+            o.momentum = 0.9;
+            break;
     }
     return o;
 }
@@ -76,12 +96,18 @@ void validate_group_options(std::string_view where, UpdateRule rule, const Group
 
 void validate_optimizer_options(const OptimizerOptions& options) {
     const auto rule = static_cast<int>(options.rule);
-    if (rule < 0 || rule > static_cast<int>(UpdateRule::adagrad)) {
+    if (rule < 0 || rule > static_cast<int>(kLastUpdateRule)) {
         throw Error(fmt::format("cudarc::optim::Optimizer: unknown update rule {}", rule));
     }
     if (options.precision != StatePrecision::fp32 && options.precision != StatePrecision::blockwise8) {
         throw Error(fmt::format("cudarc::optim::Optimizer: unknown state precision {}",
                                 static_cast<int>(options.precision)));
+    }
+    if (!supports(options.rule, options.precision)) {
+        throw Error(
+            fmt::format("cudarc::optim::Optimizer: {} keeps 32-bit state only (StatePrecision::fp32), "
+                        "not {}",
+                        to_string(options.rule), to_string(options.precision)));
     }
     if (options.placement != StatePlacement::device && options.placement != StatePlacement::managed) {
         throw Error(fmt::format("cudarc::optim::Optimizer: unknown state placement {}",

@@ -97,7 +97,7 @@ std::string errno_text() {
 
 std::string encode_cache_file(const Hash128& key, const CompiledProgram& program) {
     const std::string payload = encode_payload(program);
-    const Hash128 checksum = fnv1a128(payload);
+    const Hash128 checksum = xxh3_128(payload);
     std::string out;
     out.reserve(kCacheHeaderBytes + payload.size());
     out.append(kCacheMagic, sizeof kCacheMagic);
@@ -143,7 +143,7 @@ std::optional<CompiledProgram> decode_cache_file(std::string_view bytes, const H
               std::to_string(payload_size) + ")";
         return std::nullopt;
     }
-    if (fnv1a128(payload) != stored_checksum) {
+    if (xxh3_128(payload) != stored_checksum) {
         why = "checksum mismatch (the payload was damaged)";
         return std::nullopt;
     }

@@ -6,7 +6,7 @@
 //          12  reserved, 0                      u32
 //          16  key (Hash128: high, low)         2 x u64
 //          32  payload size in bytes            u64
-//          40  payload checksum (FNV-1a 128)    2 x u64
+//          40  payload checksum (XXH3-128)      2 x u64
 //          56  payload: backend (u32), then length-prefixed (u64) fields: arch, PTX, binary, log,
 //              and the lowered names (count u64, then expression, lowered name per entry)
 #pragma once
@@ -22,7 +22,8 @@
 namespace cudarc::rtc {
 
 inline constexpr char kCacheMagic[8] = {'C', 'U', 'D', 'A', 'R', 'C', 'K', 'C'};
-inline constexpr std::uint32_t kFormatVersion = 1;
+// 2: the checksum is XXH3-128 (was FNV-1a 128).
+inline constexpr std::uint32_t kFormatVersion = 2;
 inline constexpr std::size_t kCacheHeaderBytes = 56;
 
 // The file's bytes for `program` under `key`.

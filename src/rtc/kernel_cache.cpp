@@ -9,6 +9,7 @@
 
 #include "rtc/cache_file.hpp"
 #include "rtc/compiler_arguments.hpp"
+#include "rtc/embedded_kernels.hpp"
 #include "rtc/hash128.hpp"
 #include "sys/dynamic_library.hpp"
 #include "sys/rtc_api.hpp"
@@ -17,7 +18,8 @@ namespace cudarc {
 namespace {
 
 // Bump when what goes into the key changes meaning, so that old entries are never matched.
-constexpr std::string_view kKeySchema = "cudarc kernel cache key v1";
+// v2: XXH3-128, headers hashed as (name, digest of text).
+constexpr std::string_view kKeySchema = "cudarc kernel cache key v2";
 
 struct HashOfHash {
     std::size_t operator()(const rtc::Hash128& h) const noexcept {
@@ -27,10 +29,11 @@ struct HashOfHash {
 
 // The compiler's identity: a patched NVRTC installed in place keeps its path and version but may
 // generate different code, so the file's size and modification time are part of it too.
-void hash_compiler(rtc::Fnv1a128& hash, const sys::RtcApi& api) {
+rtc::Hash128 compiler_identity(const sys::RtcApi& api) {
     int major = 0;
     int minor = 0;
     if (api.version != nullptr) static_cast<void>(api.version(&major, &minor));
+    rtc::Hasher128 hash;
     hash.field(api.backend == Backend::hip ? "hip" : "cuda")
         .field(static_cast<std::uint64_t>(major))
         .field(static_cast<std::uint64_t>(minor))
@@ -41,22 +44,54 @@ void hash_compiler(rtc::Fnv1a128& hash, const sys::RtcApi& api) {
             .field(static_cast<std::uint64_t>(info.st_mtim.tv_sec))
             .field(static_cast<std::uint64_t>(info.st_mtim.tv_nsec));
     }
+    return hash.digest();
+}
+
+// Once per backend: the library is loaded once and stays loaded, so what compiles is the file as it
+// was then (a file replaced later is not what this process runs). Saves a stat() per lookup.
+const rtc::Hash128& compiler_identity(Backend backend) {
+    if (backend == Backend::hip) {
+        static const rtc::Hash128 hip = compiler_identity(sys::rtc(Backend::hip));
+        return hip;
+    }
+    static const rtc::Hash128 cuda = compiler_identity(sys::rtc(Backend::cuda));
+    return cuda;
+}
+
+// The digest of a header's text. The shipped kernels/*.cuh never change while the library is loaded,
+// so theirs are computed once: a memory hit then hashes only the program's own source and options.
+rtc::Hash128 header_digest(std::string_view text) {
+    struct Shipped {
+        const char* data;
+        std::size_t size;
+        rtc::Hash128 digest;
+    };
+    static const std::vector<Shipped> shipped = [] {
+        std::vector<Shipped> out;
+        for (const auto& entry : detail::embedded_kernel_sources())
+            out.push_back({entry.source.data(), entry.source.size(), rtc::xxh3_128(entry.source)});
+        return out;
+    }();
+    for (const Shipped& s : shipped) {
+        if (s.data == text.data() && s.size == text.size()) return s.digest;
+    }
+    return rtc::xxh3_128(text);
 }
 
 rtc::Hash128 compute_key(const Program& program, const CompileOptions& options) {
     const std::vector<std::string> arguments = rtc::compiler_arguments(options);  // throws for bad options
-    const sys::RtcApi& api = sys::rtc(options.backend);
-    rtc::Fnv1a128 hash;
+    rtc::Hasher128 hash;
     hash.field(kKeySchema);
-    hash_compiler(hash, api);
+    hash.field(compiler_identity(options.backend));
     hash.field(options.arch);
     hash.field(program.name()).field(program.source());
     const auto headers = rtc::headers_for(options);
     hash.field(static_cast<std::uint64_t>(headers.size()));
-    for (const auto& [name, text] : headers) hash.field(name).field(text);
+    for (const auto& [name, text] : headers) hash.field(name).field(header_digest(text));
     hash.field(static_cast<std::uint64_t>(arguments.size()));
     for (const auto& argument : arguments) hash.field(argument);
-    std::vector<std::string> expressions = program.name_expressions();
+    std::vector<std::string_view> expressions(program.name_expressions().begin(),
+                                              program.name_expressions().end());
     std::sort(expressions.begin(), expressions.end());
     hash.field(static_cast<std::uint64_t>(expressions.size()));
     for (const auto& expression : expressions) hash.field(expression);

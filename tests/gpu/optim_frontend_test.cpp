@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -38,8 +39,9 @@ using optim::UpdateRule;
 namespace reference = optim::reference;
 namespace abi = optim::abi;
 
-constexpr UpdateRule kRules[] = {UpdateRule::adam, UpdateRule::adamw,   UpdateRule::sgd,
-                                 UpdateRule::lion, UpdateRule::rmsprop, UpdateRule::adagrad};
+constexpr UpdateRule kRules[] = {UpdateRule::adam,     UpdateRule::adamw,   UpdateRule::sgd,
+                                 UpdateRule::lion,     UpdateRule::rmsprop, UpdateRule::adagrad,
+                                 UpdateRule::ademamix, UpdateRule::lamb,    UpdateRule::lars};
 constexpr ElementType kTypes[] = {ElementType::fp32, ElementType::fp16, ElementType::bf16};
 constexpr StatePrecision kPrecisions[] = {StatePrecision::fp32, StatePrecision::blockwise8};
 
@@ -122,13 +124,31 @@ GroupOptions random_options(UpdateRule rule) {
     }
     o.alpha = uniform(0.9, 0.99);
     o.lr_decay = pick(2) == 0 ? 0.0 : uniform(0.0, 0.01);
+    if (rule == UpdateRule::ademamix) {
+        // The slow EMA's weight and decay, and warm-ups that are under way, over, or absent at the step
+        // tested (steps_before is at most 40).
+        o.alpha = uniform(1.0, 8.0);
+        o.beta3 = uniform(0.99, 0.9999);
+        o.t_alpha = pick(3) == 0 ? 0 : static_cast<std::int64_t>(1 + pick(60));
+        o.t_beta3 = pick(3) == 0 ? 0 : static_cast<std::int64_t>(1 + pick(60));
+    }
+    if (rule == UpdateRule::lars) {
+        o.momentum = pick(4) == 0 ? 0.0 : uniform(0.5, 0.95);
+        o.trust_coefficient = uniform(0.005, 0.05);
+    }
     return o;
 }
 
-// A random starting state in the ranges training produces (second moments are never negative).
+bool uses_trust_ratio(UpdateRule rule) {
+    return rule == UpdateRule::lamb || rule == UpdateRule::lars;
+}
+
+// A random starting state in the ranges training produces (second moments are never negative). AdEMAMix's
+// slow EMA follows its fast one in state1 (codes1, absmax1), as TensorState stacks them.
 TensorState random_state(UpdateRule rule, StatePrecision precision, int state_count, std::size_t n) {
     TensorState s;
     const bool second_moment_first = rule == UpdateRule::rmsprop || rule == UpdateRule::adagrad;
+    const bool third = rule == UpdateRule::ademamix;
     auto values = [&](bool nonnegative, double scale) {
         std::vector<float> v(n);
         for (auto& x : v) x = static_cast<float>(nonnegative ? uniform(0.0, scale) : uniform(-scale, scale));
@@ -138,8 +158,10 @@ TensorState random_state(UpdateRule rule, StatePrecision precision, int state_co
                                       ? values(second_moment_first, second_moment_first ? 1e-2 : 0.05)
                                       : std::vector<float>{};
     const std::vector<float> s2 = state_count >= 2 ? values(true, 1e-3) : std::vector<float>{};
+    const std::vector<float> s3 = third ? values(false, 0.05) : std::vector<float>{};
     if (precision == StatePrecision::fp32) {
         s.state1 = s1;
+        s.state1.insert(s.state1.end(), s3.begin(), s3.end());
         s.state2 = s2;
         return s;
     }
@@ -147,6 +169,11 @@ TensorState random_state(UpdateRule rule, StatePrecision precision, int state_co
         auto q = optim::quantize_blockwise(s1, optim::dynamic_map(abi::state_map(rule, 1)));
         s.codes1 = std::move(q.codes);
         s.absmax1 = std::move(q.absmax);
+    }
+    if (third) {
+        auto q = optim::quantize_blockwise(s3, optim::dynamic_map(abi::state_map(rule, 3)));
+        s.codes1.insert(s.codes1.end(), q.codes.begin(), q.codes.end());
+        s.absmax1.insert(s.absmax1.end(), q.absmax.begin(), q.absmax.end());
     }
     if (state_count >= 2) {
         auto q = optim::quantize_blockwise(s2, optim::dynamic_map(abi::state_map(rule, 2)));
@@ -186,9 +213,10 @@ Problem make_problem(UpdateRule rule, StatePrecision precision, std::vector<Elem
         p.states.push_back(p.steps_before == 0 ? TensorState{}
                                                : random_state(rule, precision, p.state_count(), n));
     }
-    if (clip) {
+    if (clip && !uses_trust_ratio(rule)) {
         // A fraction of the update norm the step would have (about lr per element for most rules), so the
-        // clipping is active for the large tensor and maybe not for the tiny one.
+        // clipping is active for the large tensor and maybe not for the tiny one. (LAMB and LARS scale by
+        // their trust ratios instead.)
         p.options.max_unorm = p.options.lr * std::sqrt(static_cast<double>(total)) * uniform(0.02, 0.2);
     }
     return p;
@@ -330,7 +358,7 @@ const char* to_string(Variant v) {
     return "?";
 }
 
-// A fresh optimizer for `p`, its state set to p's starting state.
+// A fresh optimizer for `p` (capturable or not), its state set to p's starting state.
 struct Setup {
     std::vector<DeviceTensor> device;
     std::vector<optim::ParamTensor> tensors;
@@ -338,13 +366,14 @@ struct Setup {
     GroupId group;
 
     Setup(Stream& stream, const Problem& p, optim::StatePlacement placement = optim::StatePlacement::device,
-          std::size_t offset = 0)
+          std::size_t offset = 0, bool capturable = false)
         : device(upload(stream, p, offset)),
           tensors(views(device)),
-          optimizer(stream, optim::OptimizerOptions{p.rule, p.precision, placement, 16384}),
+          optimizer(stream, optim::OptimizerOptions{p.rule, p.precision, placement, 16384, capturable}),
           group(optimizer.add_group(stream, p.options, tensors)) {
-        optimizer.set_grad_scale(p.grad_scale);
-        if (p.steps_before > 0) optimizer.set_step_count(group, p.steps_before);
+        // (The setters with a stream serve both kinds of optimizer.)
+        optimizer.set_grad_scale(stream, p.grad_scale);
+        if (p.steps_before > 0) optimizer.set_step_count(stream, group, p.steps_before);
         for (std::size_t i = 0; i < p.states.size(); ++i) {
             if (p.steps_before > 0) optimizer.write_state(stream, group, i, p.states[i]);
         }
@@ -387,7 +416,7 @@ Outcome run(Device& device, const Problem& p, Variant variant) {
     Stream foreign = Stream::wrap(device, foreign_owner.native());
     const auto placement =
         variant == Variant::paged_state ? optim::StatePlacement::managed : optim::StatePlacement::device;
-    Setup s(stream, p, placement, variant == Variant::misaligned ? 1 : 0);
+    Setup s(stream, p, placement, variant == Variant::misaligned ? 1 : 0, variant == Variant::graph);
     if (variant == Variant::paged_state) {
         const bool supported = device.attribute(89) != 0;  // CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS
         CHECK(s.optimizer.state_placement() ==
@@ -417,6 +446,7 @@ Outcome run(Device& device, const Problem& p, Variant variant) {
             break;
         }
         case Variant::graph: {
+            // A capturable optimizer's step, captured and replayed once.
             stream.synchronize();
             Graph graph =
                 capture(stream, [&](Stream& captured) { s.optimizer.step(captured, s.group, s.tensors); });
@@ -424,7 +454,7 @@ Outcome run(Device& device, const Problem& p, Variant variant) {
             graph.launch(stream);
             check_no_host_synchronization(device.counters() - before, false);  // a replay is no kernel launch
             Outcome o = s.read(stream);
-            CHECK(s.optimizer.step_count(s.group) == p.steps_before + 1);
+            CHECK(s.optimizer.step_count(stream, s.group) == p.steps_before + 1);
             return o;
         }
     }
@@ -434,7 +464,7 @@ Outcome run(Device& device, const Problem& p, Variant variant) {
     } else {
         check_no_host_synchronization(delta);
     }
-    CHECK(s.optimizer.step_count(s.group) == p.steps_before + 1);
+    CHECK(s.optimizer.step_count(stream, s.group) == p.steps_before + 1);
     return s.read(stream);
 }
 
@@ -516,18 +546,23 @@ void compare_with_reference(const Problem& p, const Outcome& device, bool expect
         const bool zero_start = p.steps_before == 0;
         Mismatches bad;
 
+        // AdEMAMix's slow EMA: state1's (codes1's, absmax1's) second half on the device.
+        const bool third = p.rule == UpdateRule::ademamix;
         if (p.precision == StatePrecision::fp32) {
             std::vector<double> s1(states >= 1 ? n : 0, 0.0);
             std::vector<double> s2(states >= 2 ? n : 0, 0.0);
+            std::vector<double> s3(third ? n : 0, 0.0);
             if (!zero_start) {
                 for (std::size_t i = 0; i < s1.size(); ++i) s1[i] = start.state1[i];
                 for (std::size_t i = 0; i < s2.size(); ++i) s2[i] = start.state2[i];
+                for (std::size_t i = 0; i < s3.size(); ++i) s3[i] = start.state1[n + i];
             }
             const std::vector<double> old1 = s1;
             const std::vector<double> old2 = s2;
-            const reference::StepReport report = reference::step(p.rule, kp, param, grad, s1, s2);
+            const std::vector<double> old3 = s3;
+            const reference::StepReport report = reference::step(p.rule, kp, param, grad, s1, s2, s3);
             clipped_somewhere = clipped_somewhere || report.update_scale < 1.0;
-            REQUIRE(device.states[t].state1.size() == s1.size());
+            REQUIRE(device.states[t].state1.size() == s1.size() + s3.size());
             REQUIRE(device.states[t].state2.size() == s2.size());
             const double wd = kp.weight_decay;
             for (std::size_t i = 0; i < n; ++i) {
@@ -535,28 +570,39 @@ void compare_with_reference(const Problem& p, const Outcome& device, bool expect
                 const double g = std::isfinite(scaled) ? scaled : 0.0;
                 // Magnitudes a float computation of this element rounds against.
                 const double magnitude = std::abs(g) + g * g + wd * std::abs(old_param[i]);
-                auto check_state = [&](const std::vector<float>& dev, double old, double expected,
-                                       const char* name) {
+                auto check_state = [&](const std::vector<float>& dev, std::size_t at, double old,
+                                       double expected, const char* name) {
                     const double tol = 2e-5 * (std::abs(old) + magnitude + std::abs(expected)) + 1e-30;
-                    if (!(std::abs(static_cast<double>(dev[i]) - expected) <= tol)) {
-                        bad.add(fmt::format("{}[{}]: device {} reference {} (was {}, g {})", name, i, dev[i],
+                    if (!(std::abs(static_cast<double>(dev[at]) - expected) <= tol)) {
+                        bad.add(fmt::format("{}[{}]: device {} reference {} (was {}, g {})", name, i, dev[at],
                                             expected, old, g));
                     }
                 };
-                if (states >= 1) check_state(device.states[t].state1, old1[i], s1[i], "state1");
-                if (states >= 2) check_state(device.states[t].state2, old2[i], s2[i], "state2");
+                if (states >= 1) check_state(device.states[t].state1, i, old1[i], s1[i], "state1");
+                if (states >= 2) check_state(device.states[t].state2, i, old2[i], s2[i], "state2");
+                if (third) check_state(device.states[t].state1, n + i, old3[i], s3[i], "state3");
             }
         } else {
             reference::QuantizedState q1(abi::state_map(p.rule, 1), n);
             reference::QuantizedState q2(abi::state_map(p.rule, 2), n);
+            reference::QuantizedState q3(abi::state_map(p.rule, 3), n);
+            const std::size_t blocks = q1.absmax.size();
             if (!zero_start) {
-                q1.codes = start.codes1;
-                q1.absmax = start.absmax1;
+                q1.codes.assign(start.codes1.begin(), start.codes1.begin() + static_cast<std::ptrdiff_t>(n));
+                q1.absmax.assign(start.absmax1.begin(),
+                                 start.absmax1.begin() + static_cast<std::ptrdiff_t>(blocks));
                 q2.codes = start.codes2;
                 q2.absmax = start.absmax2;
+                if (third) {
+                    q3.codes.assign(start.codes1.begin() + static_cast<std::ptrdiff_t>(n),
+                                    start.codes1.end());
+                    q3.absmax.assign(start.absmax1.begin() + static_cast<std::ptrdiff_t>(blocks),
+                                     start.absmax1.end());
+                }
             }
-            const reference::StepReport report = reference::step_8bit(
-                p.rule, kp, param, grad, states >= 1 ? &q1 : nullptr, states >= 2 ? &q2 : nullptr);
+            const reference::StepReport report =
+                reference::step_8bit(p.rule, kp, param, grad, states >= 1 ? &q1 : nullptr,
+                                     states >= 2 ? &q2 : nullptr, third ? &q3 : nullptr);
             clipped_somewhere = clipped_somewhere || report.update_scale < 1.0;
             auto check_quantized = [&](const reference::QuantizedState& q,
                                        const std::vector<std::uint8_t>& codes,
@@ -577,8 +623,25 @@ void compare_with_reference(const Problem& p, const Outcome& device, bool expect
                     }
                 }
             };
-            if (states >= 1) check_quantized(q1, device.states[t].codes1, device.states[t].absmax1, "state1");
+            // (The device's codes1 and absmax1 hold AdEMAMix's slow EMA after its fast one.)
+            auto half = [&](const auto& v, std::size_t count, bool second) {
+                const auto first = v.begin() + static_cast<std::ptrdiff_t>(second ? count : 0);
+                return std::vector<typename std::decay_t<decltype(v)>::value_type>(
+                    first, first + static_cast<std::ptrdiff_t>(std::min(count, v.size())));
+            };
+            if (third) {
+                REQUIRE(device.states[t].codes1.size() == 2 * n);
+                REQUIRE(device.states[t].absmax1.size() == 2 * blocks);
+            }
+            if (states >= 1) {
+                check_quantized(q1, half(device.states[t].codes1, n, false),
+                                half(device.states[t].absmax1, blocks, false), "state1");
+            }
             if (states >= 2) check_quantized(q2, device.states[t].codes2, device.states[t].absmax2, "state2");
+            if (third) {
+                check_quantized(q3, half(device.states[t].codes1, n, true),
+                                half(device.states[t].absmax1, blocks, true), "state3");
+            }
         }
 
         // Parameters: fp16/bf16 within one unit in the last place of the rounded reference; fp32 within
@@ -621,7 +684,9 @@ TEST_CASE("optim.every_rule_type_and_precision_matches_the_reference") {
     for (const UpdateRule rule : kRules) {
         for (const ElementType type : kTypes) {
             for (const StatePrecision precision : kPrecisions) {
+                if (!optim::supports(rule, precision)) continue;  // (LAMB and LARS: 32-bit state only)
                 for (const bool clip : {false, true}) {
+                    if (clip && uses_trust_ratio(rule)) continue;  // (they scale by their trust ratios)
                     const std::string name = case_name(rule, type, precision);
                     CAPTURE(name);
                     const Problem p = make_problem(rule, precision, {type, type, type}, clip);
@@ -670,6 +735,22 @@ TEST_CASE("optim.all_ways_of_running_a_step_agree_bitwise") {
          {ElementType::bf16, ElementType::bf16, ElementType::bf16},
          StatePrecision::fp32,
          true},
+        {UpdateRule::ademamix,
+         {ElementType::bf16, ElementType::fp32, ElementType::fp16},
+         StatePrecision::blockwise8,
+         true},
+        {UpdateRule::ademamix,
+         {ElementType::fp32, ElementType::bf16, ElementType::fp32},
+         StatePrecision::fp32,
+         false},
+        {UpdateRule::lamb,
+         {ElementType::fp32, ElementType::bf16, ElementType::fp16},
+         StatePrecision::fp32,
+         false},
+        {UpdateRule::lars,
+         {ElementType::bf16, ElementType::fp32, ElementType::fp32},
+         StatePrecision::fp32,
+         false},
     };
     for (const Case& c : cases) {
         const Problem p = make_problem(c.rule, c.precision, c.types, c.clip);
@@ -687,40 +768,45 @@ TEST_CASE("optim.all_ways_of_running_a_step_agree_bitwise") {
 TEST_CASE("optim.step_reads_the_gradient_written_behind_pending_work") {
     auto device = Device::open(0);
     test::SpinKernel spin(device);
-    for (const StatePrecision precision : kPrecisions) {
-        for (const ElementType type : {ElementType::fp32, ElementType::bf16}) {
-            const Problem p = make_problem(UpdateRule::adamw, precision, {type, type, type},
-                                           precision == StatePrecision::fp32);
-            const std::string description = p.describe();
-            CAPTURE(description);
-            const Outcome ungated = run(device, p, Variant::multi_tensor);
+    for (const UpdateRule rule :
+         {UpdateRule::adamw, UpdateRule::ademamix, UpdateRule::lamb, UpdateRule::lars}) {
+        for (const StatePrecision precision : kPrecisions) {
+            if (!optim::supports(rule, precision)) continue;
+            for (const ElementType type : {ElementType::fp32, ElementType::bf16}) {
+                // (LAMB's and LARS' first pass reads the gradient too.)
+                const Problem p =
+                    make_problem(rule, precision, {type, type, type}, precision == StatePrecision::fp32);
+                const std::string description = p.describe();
+                CAPTURE(description);
+                const Outcome ungated = run(device, p, Variant::multi_tensor);
 
-            // The gradient buffers hold poison until the delayed write lands; reading poison would skip every
-            // element (NaN) and set the non-finite flag.
-            Problem poisoned = p;
-            for (std::size_t t = 0; t < p.grads.size(); ++t) {
-                std::fill(poisoned.grads[t].begin(), poisoned.grads[t].end(), poison_word(type));
-            }
-            for (const bool other_stream : {false, true}) {
-                CAPTURE(other_stream);
-                Stream stream = device.create_stream();
-                Stream writer = device.create_stream();
-                Setup s(stream, poisoned);
-                Stream& producer = other_stream ? writer : stream;
-                std::vector<DeviceTensor> fresh = Setup::upload(producer, p);  // the new gradients
-                device.synchronize();
-                spin.launch(producer, spin.cycles_for_ms(200.0));
-                for (std::size_t t = 0; t < s.device.size(); ++t)
-                    s.device[t].copy_grad_from(producer, fresh[t]);
-                const Counters before = device.counters();
-                s.optimizer.step(stream, s.group, s.tensors);
-                check_no_host_synchronization(device.counters() - before);
-                // The step was enqueued while the gradient was still being produced. Note: a warning, not a
-                // check: under compute-sanitizer a launch may return only once the kernel has finished.
-                WARN_FALSE(producer.query());
-                const Outcome gated = s.read(stream);
-                check_identical(ungated, gated);
-                CHECK_FALSE(s.optimizer.nonfinite_seen(stream));
+                // The gradient buffers hold poison until the delayed write lands; reading poison would skip
+                // every element (NaN) and set the non-finite flag.
+                Problem poisoned = p;
+                for (std::size_t t = 0; t < p.grads.size(); ++t) {
+                    std::fill(poisoned.grads[t].begin(), poisoned.grads[t].end(), poison_word(type));
+                }
+                for (const bool other_stream : {false, true}) {
+                    CAPTURE(other_stream);
+                    Stream stream = device.create_stream();
+                    Stream writer = device.create_stream();
+                    Setup s(stream, poisoned);
+                    Stream& producer = other_stream ? writer : stream;
+                    std::vector<DeviceTensor> fresh = Setup::upload(producer, p);  // the new gradients
+                    device.synchronize();
+                    spin.launch(producer, spin.cycles_for_ms(200.0));
+                    for (std::size_t t = 0; t < s.device.size(); ++t)
+                        s.device[t].copy_grad_from(producer, fresh[t]);
+                    const Counters before = device.counters();
+                    s.optimizer.step(stream, s.group, s.tensors);
+                    check_no_host_synchronization(device.counters() - before);
+                    // The step was enqueued while the gradient was still being produced. Note: a warning, not
+                    // a check: under compute-sanitizer a launch may return only once the kernel has finished.
+                    WARN_FALSE(producer.query());
+                    const Outcome gated = s.read(stream);
+                    check_identical(ungated, gated);
+                    CHECK_FALSE(s.optimizer.nonfinite_seen(stream));
+                }
             }
         }
     }
@@ -737,7 +823,11 @@ TEST_CASE("optim.nonfinite_gradient_leaves_its_element_and_sets_the_flag") {
                           {UpdateRule::lion, ElementType::bf16, StatePrecision::blockwise8},
                           {UpdateRule::sgd, ElementType::fp16, StatePrecision::fp32},
                           {UpdateRule::rmsprop, ElementType::fp32, StatePrecision::blockwise8},
-                          {UpdateRule::adamw, ElementType::fp16, StatePrecision::blockwise8}};
+                          {UpdateRule::adamw, ElementType::fp16, StatePrecision::blockwise8},
+                          {UpdateRule::ademamix, ElementType::bf16, StatePrecision::blockwise8},
+                          {UpdateRule::ademamix, ElementType::fp32, StatePrecision::fp32},
+                          {UpdateRule::lamb, ElementType::fp32, StatePrecision::fp32},
+                          {UpdateRule::lars, ElementType::fp16, StatePrecision::fp32}};
     for (const Case& c : cases) {
         const std::string name = case_name(c.rule, c.type, c.precision);
         CAPTURE(name);
@@ -929,5 +1019,250 @@ TEST_CASE("optim.groups_keep_their_own_hyper_parameters_and_step_counts") {
         }
         CHECK_FALSE(optimizer.nonfinite_seen(stream));
         CHECK(optimizer.state_bytes() > 0);
+    }
+}
+
+// --- Capturable steps (issue 13, item 5) ----------------------------------------------------------------
+
+namespace {
+
+// Steps of one problem with new gradients at every step and, before step `change_at`, new options and a new
+// grad scale: what a training loop does between replays.
+struct StepPlan {
+    std::vector<std::vector<std::vector<std::uint32_t>>> grads;  // per step, per tensor
+    std::size_t change_at = 0;
+    GroupOptions changed;
+    double changed_scale = 1.0;
+};
+
+StepPlan make_step_plan(const Problem& p, std::size_t steps, bool with_nonfinite) {
+    StepPlan plan;
+    for (std::size_t k = 0; k < steps; ++k) {
+        std::vector<std::vector<std::uint32_t>> grads = p.grads;
+        for (std::size_t t = 0; t < grads.size(); ++t) {
+            for (auto& w : grads[t]) w = random_word(p.types[t], -p.grad_scale, p.grad_scale);
+        }
+        plan.grads.push_back(std::move(grads));
+    }
+    if (with_nonfinite) plan.grads[1][0][pick(plan.grads[1][0].size())] = nan_word(p.types[0]);
+    plan.change_at = 2 + pick(steps - 2);
+    // New hyper-parameters of the same shape: SGD's momentum stays zero or non-zero (its buffer), and
+    // max_unorm stays on or off (a capturable group keeps its launches).
+    plan.changed = random_options(p.rule);
+    plan.changed.momentum = p.options.momentum == 0.0 ? 0.0 : uniform(0.5, 0.95);
+    plan.changed.nesterov = plan.changed.momentum > 0.0 && pick(2) == 0;
+    plan.changed.dampening = plan.changed.nesterov ? 0.0 : uniform(0.0, 0.3);
+    plan.changed.max_unorm = p.options.max_unorm == 0.0 ? 0.0 : p.options.max_unorm * uniform(0.5, 2.0);
+    plan.changed_scale = p.grad_scale == 1.0 ? 4.0 : 1.0;
+    return plan;
+}
+
+struct PlanResult {
+    Outcome outcome;
+    std::int64_t step_count = 0;
+    bool nonfinite = false;
+};
+
+// Runs `plan` as direct steps of an ordinary optimizer, or (`replay`) as replays of one captured step of a
+// capturable optimizer, its last step a direct one.
+PlanResult run_plan(Device& device, const Problem& p, const StepPlan& plan, bool replay) {
+    CAPTURE(replay);
+    Stream stream = device.create_stream();
+    Setup s(stream, p, optim::StatePlacement::device, 0, replay);
+    std::vector<std::vector<DeviceTensor>> grads;  // each step's gradients, copied in before the step
+    for (const auto& step_grads : plan.grads) {
+        Problem q = p;
+        q.grads = step_grads;
+        grads.push_back(Setup::upload(stream, q));
+    }
+    std::optional<Graph> graph;
+    if (replay) {
+        stream.synchronize();
+        graph.emplace(
+            capture(stream, [&](Stream& captured) { s.optimizer.step(captured, s.group, s.tensors); }));
+    }
+    const Counters before = device.counters();
+    for (std::size_t k = 0; k < plan.grads.size(); ++k) {
+        for (std::size_t t = 0; t < s.device.size(); ++t) s.device[t].copy_grad_from(stream, grads[k][t]);
+        if (k == plan.change_at) {
+            s.optimizer.set_options(stream, s.group, plan.changed);
+            s.optimizer.set_grad_scale(stream, plan.changed_scale);
+        }
+        if (replay && k + 1 < plan.grads.size()) {
+            graph->launch(stream);
+        } else {
+            s.optimizer.step(stream, s.group, s.tensors);
+        }
+    }
+    const Counters delta = device.counters() - before;
+    CHECK(delta.host_synchronizations() == 0);  // uploads and replays: nothing waits on the host
+    CHECK(delta.blocking_copies == 0);
+    PlanResult result;
+    result.step_count = s.optimizer.step_count(stream, s.group);
+    result.nonfinite = s.optimizer.nonfinite_seen(stream);
+    result.outcome = s.read(stream);
+    return result;
+}
+
+}  // namespace
+
+TEST_CASE("optim.replays_of_a_captured_step_equal_direct_steps_bitwise") {
+    auto device = Device::open(0);
+    constexpr std::size_t kSteps = 5;
+    int case_index = 0;
+    for (const UpdateRule rule : kRules) {
+        for (const StatePrecision precision : kPrecisions) {
+            if (!optim::supports(rule, precision)) continue;
+            for (const ElementType type : {ElementType::fp32, ElementType::bf16}) {
+                const std::string name = case_name(rule, type, precision);
+                CAPTURE(name);
+                // Clipping in half the cases (it adds the max_unorm pass to every replay), a non-finite
+                // gradient element in a third.
+                const bool clip = case_index % 2 == 1;
+                const bool nonfinite = case_index % 3 == 0;
+                ++case_index;
+                const Problem p = make_problem(rule, precision, {type, type, type}, clip);
+                const std::string description = p.describe();
+                CAPTURE(description);
+                const StepPlan plan = make_step_plan(p, kSteps, nonfinite);
+                CAPTURE(plan.change_at);
+                const PlanResult direct = run_plan(device, p, plan, false);
+                const PlanResult replayed = run_plan(device, p, plan, true);
+                check_identical(direct.outcome, replayed.outcome);
+                // The kernels advanced the count at every replay.
+                CHECK(direct.step_count == p.steps_before + static_cast<std::int64_t>(kSteps));
+                CHECK(replayed.step_count == direct.step_count);
+                CHECK(direct.nonfinite == nonfinite);
+                CHECK(replayed.nonfinite == nonfinite);
+            }
+        }
+    }
+}
+
+TEST_CASE("optim.capturable_replays_follow_the_step_count_and_options_written_between_them") {
+    // Adam's bias corrections change with every step: N replays must not repeat one step's update. One
+    // group, fp32 state, lr changed between replays: each replay's parameters equal the direct ones.
+    auto device = Device::open(0);
+    Problem p = make_problem(UpdateRule::adam, StatePrecision::fp32, {ElementType::fp32}, false);
+    Stream stream = device.create_stream();
+    Stream reference_stream = device.create_stream();
+    Setup replayed(stream, p, optim::StatePlacement::device, 0, true);
+    Setup direct(reference_stream, p);
+    stream.synchronize();
+    Graph graph =
+        capture(stream, [&](Stream& s) { replayed.optimizer.step(s, replayed.group, replayed.tensors); });
+    std::vector<std::uint32_t> previous = p.params[0];
+    for (int k = 0; k < 4; ++k) {
+        CAPTURE(k);
+        if (k == 2) {
+            GroupOptions faster = p.options;
+            faster.lr *= 10.0;
+            replayed.optimizer.set_options(stream, replayed.group, faster);
+            direct.optimizer.set_options(reference_stream, direct.group, faster);
+        }
+        graph.launch(stream);
+        direct.optimizer.step(reference_stream, direct.group, direct.tensors);
+        const std::vector<std::uint32_t> now = replayed.device[0].param_words(stream);
+        CHECK(now == direct.device[0].param_words(reference_stream));
+        CHECK(now != previous);
+        previous = now;
+        CHECK(replayed.optimizer.step_count(stream, replayed.group) == p.steps_before + k + 1);
+    }
+    // Setting the count between replays takes effect at the next one too.
+    replayed.optimizer.set_step_count(stream, replayed.group, 1000);
+    direct.optimizer.set_step_count(reference_stream, direct.group, 1000);
+    graph.launch(stream);
+    direct.optimizer.step(reference_stream, direct.group, direct.tensors);
+    check_identical(direct.read(reference_stream), replayed.read(stream));
+    CHECK(replayed.optimizer.step_count(stream, replayed.group) == 1001);
+}
+
+TEST_CASE("optim.capture_needs_a_capturable_optimizer_and_capturable_ones_refuse_host_only_setters") {
+    auto device = Device::open(0);
+    const Problem p = make_problem(UpdateRule::adamw, StatePrecision::blockwise8,
+                                   {ElementType::bf16, ElementType::bf16, ElementType::bf16}, false);
+    const Outcome expected = run(device, p, Variant::multi_tensor);
+
+    // An ordinary optimizer's step cannot be captured: the capture is abandoned, nothing ran or changed, and
+    // the stream and the optimizer work afterwards.
+    {
+        Stream stream = device.create_stream();
+        Setup s(stream, p);
+        stream.synchronize();
+        const std::string message = [&] {
+            try {
+                static_cast<void>(
+                    capture(stream, [&](Stream& c) { s.optimizer.step(c, s.group, s.tensors); }));
+            } catch (const Error& e) {
+                return std::string(e.what());
+            }
+            return std::string();
+        }();
+        CHECK(message.find("capturable") != std::string::npos);
+        CHECK_FALSE(stream.is_capturing());
+        CHECK(s.optimizer.step_count(s.group) == p.steps_before);
+        s.optimizer.step(stream, s.group, s.tensors);
+        check_identical(expected, s.read(stream));
+    }
+
+    // A capturable optimizer: setters without a stream, per-tensor steps and a max_unorm switch are refused
+    // with a message naming what to use, and leave it as it was.
+    Stream stream = device.create_stream();
+    Setup s(stream, p, optim::StatePlacement::device, 0, true);
+    auto message_of = [](auto&& body) {
+        try {
+            body();
+        } catch (const Error& e) {
+            return std::string(e.what());
+        }
+        return std::string();
+    };
+    CHECK(message_of([&] { s.optimizer.set_options(s.group, p.options); }).find("set_options(stream") !=
+          std::string::npos);
+    CHECK(message_of([&] { s.optimizer.set_grad_scale(2.0); }).find("set_grad_scale(stream") !=
+          std::string::npos);
+    CHECK(message_of([&] { s.optimizer.set_step_count(s.group, 3); }).find("set_step_count(stream") !=
+          std::string::npos);
+    CHECK(message_of([&] { static_cast<void>(s.optimizer.step_count(s.group)); }).find("step_count(stream") !=
+          std::string::npos);
+    CHECK(message_of([&] { s.optimizer.step(stream, s.group, 0, s.tensors[0]); }).find("whole groups") !=
+          std::string::npos);
+    GroupOptions clipping = p.options;
+    clipping.max_unorm = 0.5;
+    CHECK(message_of([&] { s.optimizer.set_options(stream, s.group, clipping); }).find("max_unorm") !=
+          std::string::npos);
+    GroupOptions bad = p.options;
+    bad.lr = -1.0;
+    CHECK(message_of([&] { s.optimizer.set_options(stream, s.group, bad); }).find("lr") != std::string::npos);
+    CHECK(s.optimizer.options(s.group).lr == p.options.lr);
+    CHECK(s.optimizer.grad_scale() == p.grad_scale);
+    CHECK(s.optimizer.step_count(stream, s.group) == p.steps_before);
+    // A group of empty tensors would launch nothing, so nothing would advance its count.
+    DeviceSlice<optim::bf16_bits> empty_param = DeviceSlice<optim::bf16_bits>::zeros(stream, 0);
+    DeviceSlice<optim::bf16_bits> empty_grad = DeviceSlice<optim::bf16_bits>::zeros(stream, 0);
+    const std::vector<optim::ParamTensor> empty{{empty_param, empty_grad}};
+    CHECK(message_of([&] {
+              static_cast<void>(s.optimizer.add_group(stream, p.options, empty));
+          }).find("at least one element") != std::string::npos);
+    CHECK(s.optimizer.group_count() == 1);
+    // Still the step it would have been.
+    const Counters before = device.counters();
+    s.optimizer.step(stream, s.group, s.tensors);
+    check_no_host_synchronization(device.counters() - before);
+    check_identical(expected, s.read(stream));
+}
+
+TEST_CASE("optim.paged_state_serves_every_rule_bitwise") {
+    // Paged (managed) state for every rule and state precision: the same bits as device memory.
+    auto device = Device::open(0);
+    for (const UpdateRule rule : kRules) {
+        for (const StatePrecision precision : kPrecisions) {
+            if (!optim::supports(rule, precision)) continue;
+            const std::string name = case_name(rule, ElementType::bf16, precision);
+            CAPTURE(name);
+            const Problem p = make_problem(rule, precision,
+                                           {ElementType::bf16, ElementType::fp32, ElementType::fp16}, false);
+            check_identical(run(device, p, Variant::multi_tensor), run(device, p, Variant::paged_state));
+        }
     }
 }

@@ -24,8 +24,9 @@ using optim::GroupOptions;
 using optim::StatePrecision;
 using optim::UpdateRule;
 
-constexpr UpdateRule kRules[] = {UpdateRule::adam, UpdateRule::adamw,   UpdateRule::sgd,
-                                 UpdateRule::lion, UpdateRule::rmsprop, UpdateRule::adagrad};
+constexpr UpdateRule kRules[] = {UpdateRule::adam,     UpdateRule::adamw,   UpdateRule::sgd,
+                                 UpdateRule::lion,     UpdateRule::rmsprop, UpdateRule::adagrad,
+                                 UpdateRule::ademamix, UpdateRule::lamb,    UpdateRule::lars};
 
 std::mt19937_64& rng() {
     static std::mt19937_64 engine{std::random_device{}()};
@@ -147,6 +148,18 @@ TEST_CASE("optim.frontend_rejects_bad_optimizer_options") {
     options = {};
     options.rule = static_cast<UpdateRule>(17);
     CHECK(contains(error_of([&] { detail::validate_optimizer_options(options); }), "update rule 17"));
+    // LAMB and LARS keep 32-bit state only.
+    for (const UpdateRule rule : {UpdateRule::lamb, UpdateRule::lars}) {
+        options = {};
+        options.rule = rule;
+        CHECK(error_of([&] { detail::validate_optimizer_options(options); }).empty());
+        options.precision = StatePrecision::blockwise8;
+        CHECK(contains(error_of([&] { detail::validate_optimizer_options(options); }), "32-bit state only"));
+        CHECK_FALSE(optim::supports(rule, StatePrecision::blockwise8));
+    }
+    CHECK(optim::supports(UpdateRule::ademamix, StatePrecision::blockwise8));
+    CHECK(optim::to_string(UpdateRule::ademamix) == "ademamix");
+    CHECK(optim::to_string(UpdateRule::lars) == "lars");
 }
 
 TEST_CASE("optim.frontend_default_options_follow_torch") {
@@ -160,6 +173,24 @@ TEST_CASE("optim.frontend_default_options_follow_torch") {
     CHECK(optim::default_options(UpdateRule::adam).weight_decay == 0.0);
     CHECK(optim::default_options(UpdateRule::lion).lr == doctest::Approx(1e-4));
     CHECK(optim::default_options(UpdateRule::adagrad).eps == doctest::Approx(1e-10));
+    // bitsandbytes' defaults for its remaining optimizers (AdEMAMix, LAMB, LARS).
+    const GroupOptions ademamix = optim::default_options(UpdateRule::ademamix);
+    CHECK(ademamix.lr == doctest::Approx(1e-3));
+    CHECK(ademamix.beta1 == doctest::Approx(0.9));
+    CHECK(ademamix.beta2 == doctest::Approx(0.999));
+    CHECK(ademamix.beta3 == doctest::Approx(0.9999));
+    CHECK(ademamix.alpha == doctest::Approx(5.0));
+    CHECK(ademamix.weight_decay == doctest::Approx(1e-2));
+    CHECK(ademamix.t_alpha == 0);
+    CHECK(ademamix.t_beta3 == 0);
+    const GroupOptions lamb = optim::default_options(UpdateRule::lamb);
+    CHECK(lamb.lr == doctest::Approx(1e-3));
+    CHECK(lamb.eps == doctest::Approx(1e-8));
+    CHECK(lamb.weight_decay == 0.0);
+    const GroupOptions lars = optim::default_options(UpdateRule::lars);
+    CHECK(lars.lr == doctest::Approx(1e-2));
+    CHECK(lars.momentum == doctest::Approx(0.9));
+    CHECK(lars.trust_coefficient == doctest::Approx(0.02));
 }
 
 TEST_CASE("optim.frontend_state_arrays_per_rule") {
@@ -170,14 +201,29 @@ TEST_CASE("optim.frontend_state_arrays_per_rule") {
     CHECK(detail::state_arrays(UpdateRule::lion, 0.0) == 1);
     CHECK(detail::state_arrays(UpdateRule::rmsprop, 0.0) == 1);
     CHECK(detail::state_arrays(UpdateRule::adagrad, 0.0) == 1);
+    CHECK(detail::state_arrays(UpdateRule::ademamix, 0.0) == 2);
+    CHECK(detail::state_arrays(UpdateRule::lamb, 0.0) == 2);
+    CHECK(detail::state_arrays(UpdateRule::lars, 0.0) == 1);
+    const detail::StateShape ademamix = detail::state_shape(UpdateRule::ademamix, 0.0);
+    CHECK(ademamix.arrays == 2);
+    CHECK(ademamix.third);
+    CHECK(ademamix.norms == 1);
+    CHECK(detail::state_shape(UpdateRule::lamb, 0.0).norms == 2);
+    CHECK_FALSE(detail::state_shape(UpdateRule::adam, 0.0).third);
 }
 
 TEST_CASE("optim.frontend_group_layout") {
     const ElementType kTypes[] = {ElementType::fp32, ElementType::fp16, ElementType::bf16};
+    // Every state shape: 0 to 2 arrays, AdEMAMix's third state in state1's region, two sums per tile.
+    const detail::StateShape shapes[] = {{0, false, 1}, {1, false, 1}, {2, false, 1},
+                                         {2, true, 1},  {2, false, 2}, {1, false, 2}};
     for (const StatePrecision precision : {StatePrecision::fp32, StatePrecision::blockwise8}) {
-        for (int states = 0; states <= 2; ++states) {
+        for (const detail::StateShape& shape : shapes) {
+            const int states = shape.arrays;
             CAPTURE(static_cast<int>(precision));
             CAPTURE(states);
+            CAPTURE(shape.third);
+            CAPTURE(shape.norms);
             const std::size_t count = 1 + rng()() % 40;
             std::vector<ElementType> types;
             std::vector<std::int64_t> numels;
@@ -187,16 +233,18 @@ TEST_CASE("optim.frontend_group_layout") {
                 numels.push_back(rng()() % 7 == 0 ? 0 : static_cast<std::int64_t>(rng()() % 70000));
             }
             const std::int64_t max_chunk = 1000 + static_cast<std::int64_t>(rng()() % 20000);
-            const detail::GroupLayout layout =
-                detail::plan_group(precision, states, types, numels, max_chunk);
+            const detail::GroupLayout layout = detail::plan_group(precision, shape, types, numels, max_chunk);
             REQUIRE(layout.tensors.size() == count);
 
             // Regions: aligned, inside the arena, disjoint, each tensor's within its [begin, end).
             struct Region {
                 std::size_t begin, end;
             };
-            std::vector<Region> regions{{layout.flag_offset, layout.flag_offset + 4},
-                                        {layout.counter_offset, layout.counter_offset + 4}};
+            std::vector<Region> regions{
+                {layout.flag_offset, layout.flag_offset + 4},
+                {layout.counter_offset, layout.counter_offset + 4},
+                {layout.step_offset, layout.step_offset + sizeof(cudarc::optim::abi::StepState)}};
+            CHECK(layout.step_offset % alignof(cudarc::optim::abi::StepState) == 0);
             const bool eight = precision == StatePrecision::blockwise8;
             for (std::size_t i = 0; i < count; ++i) {
                 const detail::TensorLayout& t = layout.tensors[i];
@@ -213,11 +261,22 @@ TEST_CASE("optim.frontend_group_layout") {
                     CHECK(offset + bytes <= t.end);
                     regions.push_back({offset, offset + bytes});
                 };
-                region(t.state1, n * (eight ? 1 : 4), states >= 1);
+                // The third state: inside state1's and absmax1's regions, as far in as the kernels look.
+                const std::size_t third_at = (n + 255) / 256 * 256;
+                const std::size_t third_absmax_at = (blocks + 63) / 64 * 64;
+                const bool third = shape.third;
+                region(t.state1, (third ? third_at + n : n) * (eight ? 1 : 4), states >= 1);
                 region(t.state2, n * (eight ? 1 : 4), states >= 2);
-                region(t.absmax1, blocks * 4, eight && states >= 1);
+                region(t.absmax1, (third ? third_absmax_at + blocks : blocks) * 4, eight && states >= 1);
                 region(t.absmax2, blocks * 4, eight && states >= 2);
-                region(t.unorm, (1 + (n + tile - 1) / tile) * 4, true);
+                region(t.unorm, shape.norms * (1 + (n + tile - 1) / tile) * 4, true);
+                CHECK((t.state3 != detail::kNoRegion) == third);
+                if (third) {
+                    CHECK(t.state3 == t.state1 + third_at * (eight ? 1 : 4));
+                    CHECK(t.state3 % 256 == 0);
+                    CHECK((t.absmax3 != detail::kNoRegion) == eight);
+                    if (eight) CHECK(t.absmax3 == t.absmax1 + third_absmax_at * 4);
+                }
                 CHECK(t.end <= layout.arena_bytes);
             }
             std::sort(regions.begin(), regions.end(),
@@ -369,9 +428,25 @@ TEST_CASE("optim.frontend_step_traffic") {
         CHECK(t.total() == update + norm);
     }
     CHECK(contains(error_of([] {
-                       static_cast<void>(step_traffic(ElementType::fp32, StatePrecision::fp32, 3, 1, false));
+                       static_cast<void>(step_traffic(ElementType::fp32, StatePrecision::fp32, 4, 1, false));
                    }),
-                   "3 state arrays"));
+                   "4 state arrays"));
+    // The new rules' shapes: AdEMAMix moves three state arrays; LAMB's first pass reads its state and
+    // writes two sums per tile; LARS' reads the parameters and gradients only.
+    using cudarc::testing::step_shape;
+    const auto ademamix = step_shape(UpdateRule::ademamix, optim::default_options(UpdateRule::ademamix));
+    CHECK(ademamix.state_arrays == 3);
+    CHECK_FALSE(ademamix.norm_pass);
+    CHECK(step_traffic(ElementType::fp32, StatePrecision::fp32, ademamix, 1).total() == 12 + 3 * 8);
+    const auto lamb = step_shape(UpdateRule::lamb, optim::default_options(UpdateRule::lamb));
+    CHECK(lamb.norm_pass);
+    CHECK(lamb.norms == 2);
+    CHECK(step_traffic(ElementType::fp32, StatePrecision::fp32, lamb, 1024).norm_pass ==
+          1024 * (8 + 2 * 4) + 2 * 4);
+    const auto lars = step_shape(UpdateRule::lars, optim::default_options(UpdateRule::lars));
+    CHECK(lars.state_arrays == 1);
+    CHECK(step_traffic(ElementType::bf16, StatePrecision::fp32, lars, 2048).norm_pass ==
+          2048 * 4 + 2 * 2 * 4);
     CHECK(contains(error_of([] {
                        static_cast<void>(step_traffic(ElementType::fp32, StatePrecision::fp32, 1, -1, false));
                    }),

@@ -56,13 +56,15 @@ double sign(double x) {
 
 // One reference step over fp32 state, from the given state.
 struct Run {
-    std::vector<double> param, state1, state2;
+    std::vector<double> param, state1, state2, state3;
     reference::StepReport report;
 };
+// (AdEMAMix's slow EMA, state3, starts at 0.1 per element.)
 Run run_step(UpdateRule a, const StepInputs& h, std::vector<double> param, const std::vector<double>& grad,
              std::vector<double> state1, std::vector<double> state2) {
-    Run r{std::move(param), std::move(state1), std::move(state2), {}};
-    r.report = reference::step(a, kernel_params_of(a, h), r.param, grad, r.state1, r.state2);
+    std::vector<double> state3(a == UpdateRule::ademamix ? param.size() : 0, 0.1);
+    Run r{std::move(param), std::move(state1), std::move(state2), std::move(state3), {}};
+    r.report = reference::step(a, kernel_params_of(a, h), r.param, grad, r.state1, r.state2, r.state3);
     return r;
 }
 
@@ -186,6 +188,103 @@ TEST_CASE("optim.reference_rmsprop_and_adagrad_closed_form") {
     CHECK(ada.param[0] == doctest::Approx(1.0 - 0.0625 * 0.5 / (1.0 + 1e-10)));
 }
 
+TEST_CASE("optim.reference_ademamix_closed_form") {
+    // Step 1 from the zero state: m1 = (1-b1) g, m2 = (1-b3) g, nu = (1-b2) g^2; bias-corrected m1 = g and
+    // sqrt(nu) / sqrt(1 - b2) = |g|: p <- p (1 - lr wd) - lr (g + alpha (1-b3) g) / (|g| + eps).
+    StepInputs h = exact_hyper();  // lr 1/8, beta1 3/4, beta2 15/16
+    h.beta3 = 0.5;
+    h.alpha = 2.0;
+    h.eps = 1e-8;
+    h.weight_decay = 0.5;
+    const std::vector<double> p = {1.0, -2.0};
+    const std::vector<double> g = {0.25, -0.5};
+    std::vector<double> param = p, m1 = {0, 0}, nu = {0, 0}, m2 = {0, 0};
+    static_cast<void>(reference::step(UpdateRule::ademamix, kernel_params_of(UpdateRule::ademamix, h), param,
+                                      g, m1, nu, m2));
+    for (std::size_t i = 0; i < p.size(); ++i) {
+        CAPTURE(i);
+        CHECK(m1[i] == doctest::Approx(0.25 * g[i]));
+        CHECK(m2[i] == doctest::Approx(0.5 * g[i]));
+        CHECK(nu[i] == doctest::Approx(0.0625 * g[i] * g[i]));
+        const double expected =
+            p[i] * (1 - 0.125 * 0.5) - 0.125 * (g[i] + 2.0 * 0.5 * g[i]) / (std::abs(g[i]) + 1e-8);
+        CHECK(param[i] == doctest::Approx(expected).epsilon(1e-7));
+    }
+    // With alpha warming up over 4 steps, step 1 mixes in a quarter of alpha; beta3 warming up starts at
+    // beta1's half-life.
+    h.t_alpha = 4;
+    const KernelParams warm = kernel_params_of(UpdateRule::ademamix, h);
+    CHECK(warm.alpha == 0.5f);
+}
+
+TEST_CASE("optim.reference_lamb_scales_by_the_trust_ratio") {
+    // One tensor p = (3, 4), ||p|| = 5. Step 1 from the zero state: the direction is g / (|g| + eps) + wd p,
+    // about sign(g) + wd p; the update is lr ||p|| / ||direction|| times the direction.
+    StepInputs h = exact_hyper();  // lr 1/8
+    h.eps = 1e-12;
+    const std::vector<double> p = {3.0, 4.0};
+    const std::vector<double> g = {0.5, -0.25};
+    std::vector<double> param = p, m = {0, 0}, v = {0, 0};
+    reference::StepReport r =
+        reference::step(UpdateRule::lamb, kernel_params_of(UpdateRule::lamb, h), param, g, m, v);
+    CHECK(r.trust_scale == doctest::Approx(0.125 * 5.0 / std::sqrt(2.0)));
+    CHECK(param[0] == doctest::Approx(3.0 - 0.125 * 5.0 / std::sqrt(2.0)));
+    CHECK(param[1] == doctest::Approx(4.0 + 0.125 * 5.0 / std::sqrt(2.0)));
+    // Weight decay enters the direction (and its norm): u = (1 + 0.3, -1 + 0.4).
+    h.weight_decay = 0.1;
+    param = p, m = {0, 0}, v = {0, 0};
+    r = reference::step(UpdateRule::lamb, kernel_params_of(UpdateRule::lamb, h), param, g, m, v);
+    const double norm = std::sqrt(1.3 * 1.3 + 0.6 * 0.6);
+    CHECK(param[0] == doctest::Approx(3.0 - 0.125 * 5.0 / norm * 1.3));
+    CHECK(param[1] == doctest::Approx(4.0 - 0.125 * 5.0 / norm * -0.6));
+    // A zero parameter tensor: ratio 1.
+    std::vector<double> zero = {0.0, 0.0};
+    m = {0, 0}, v = {0, 0};
+    h.weight_decay = 0.0;
+    r = reference::step(UpdateRule::lamb, kernel_params_of(UpdateRule::lamb, h), zero, g, m, v);
+    CHECK(r.trust_scale == doctest::Approx(0.125));
+    CHECK(zero[0] == doctest::Approx(-0.125));
+}
+
+TEST_CASE("optim.reference_lars_scales_its_momentum_by_the_trust_ratio") {
+    // p = (3, 4), ||p|| = 5; g = (0.6, 0.8), ||g|| = 1; eta 0.02, wd 0: local lr = 0.02 * 5 / 1 = 0.1.
+    StepInputs h = step_inputs(UpdateRule::lars);  // lr 0.01, momentum 0.9, eta 0.02
+    const std::vector<double> p = {3.0, 4.0};
+    const std::vector<double> g = {0.6, 0.8};
+    std::vector<double> param = p, v = {0, 0};
+    reference::StepReport r =
+        reference::step(UpdateRule::lars, kernel_params_of(UpdateRule::lars, h), param, g, v, {});
+    const double factor =
+        static_cast<double>(static_cast<float>(0.01)) * static_cast<double>(static_cast<float>(0.02)) * 5.0;
+    CHECK(r.trust_scale == doctest::Approx(factor));
+    CHECK(v[0] == doctest::Approx(factor * 0.6));
+    CHECK(param[1] == doctest::Approx(4.0 - factor * 0.8));
+    // Step 2 with weight decay 0.5: local lr = eta ||p|| / (||g|| + wd ||p||); v = 0.9 v + lr local (g + wd
+    // p).
+    h.weight_decay = 0.5;
+    h.step = 2;
+    const std::vector<double> p2 = param;
+    const double pn = std::sqrt(p2[0] * p2[0] + p2[1] * p2[1]);
+    const double factor2 = static_cast<double>(static_cast<float>(0.01)) *
+                           static_cast<double>(static_cast<float>(0.02)) * pn / (1.0 + 0.5 * pn);
+    const std::vector<double> v1 = v;
+    r = reference::step(UpdateRule::lars, kernel_params_of(UpdateRule::lars, h), param, g, v, {});
+    for (std::size_t i = 0; i < 2; ++i) {
+        const double expected_v =
+            static_cast<double>(static_cast<float>(0.9)) * v1[i] + factor2 * (g[i] + 0.5 * p2[i]);
+        CHECK(v[i] == doctest::Approx(expected_v));
+        CHECK(param[i] == doctest::Approx(p2[i] - expected_v));
+    }
+    // A zero gradient: ratio 1 (local lr 1), so only the momentum moves the weights.
+    std::vector<double> still = {1.0, 1.0}, momentum = {0.5, 0.5};
+    h.weight_decay = 0.0;
+    const std::vector<double> no_gradient = {0.0, 0.0};
+    r = reference::step(UpdateRule::lars, kernel_params_of(UpdateRule::lars, h), still, no_gradient, momentum,
+                        {});
+    CHECK(r.trust_scale == doctest::Approx(0.01));
+    CHECK(still[0] == doctest::Approx(1.0 - 0.9 * 0.5).epsilon(1e-6));
+}
+
 TEST_CASE("optim.reference_grad_scale_divides_the_gradient") {
     StepInputs unscaled = exact_hyper();
     StepInputs scaled = unscaled;
@@ -202,7 +301,7 @@ TEST_CASE("optim.reference_grad_scale_divides_the_gradient") {
 
 TEST_CASE("optim.reference_nonfinite_gradient_changes_nothing") {
     for (UpdateRule a : {UpdateRule::adam, UpdateRule::adamw, UpdateRule::sgd, UpdateRule::lion,
-                         UpdateRule::rmsprop, UpdateRule::adagrad}) {
+                         UpdateRule::rmsprop, UpdateRule::adagrad, UpdateRule::ademamix}) {
         StepInputs h = exact_hyper();
         h.weight_decay = 0.25;
         h.max_unorm = 1e6;
@@ -360,8 +459,17 @@ TEST_CASE("optim.kernel_element_math_matches_reference") {
             h.lr_decay = 0.01 * unit(rng());
             h.grad_scale = unit(rng()) < 0.5 ? 1.0 : std::pow(2.0, 1 + static_cast<int>(16 * unit(rng())));
             h.step = 1 + static_cast<std::int64_t>(1000 * unit(rng()));
+            if (A == cudarc_optim::kAdemamix) {
+                h.alpha = 8.0 * unit(rng());
+                h.beta3 = 0.99 + 0.0099 * unit(rng());
+                h.t_alpha = unit(rng()) < 0.5 ? 0 : static_cast<std::int64_t>(2000 * unit(rng()));
+                h.t_beta3 = unit(rng()) < 0.5 ? 0 : static_cast<std::int64_t>(2000 * unit(rng()));
+            }
+            if (A == cudarc_optim::kLars) h.trust_coefficient = 0.001 + 0.05 * unit(rng());
             const KernelParams k = kernel_params_of(a, h);
             const auto hp = std::bit_cast<cudarc_optim::OptimParams>(k);
+            // LARS' momentum takes the tensor's lr times trust ratio.
+            const float factor = static_cast<float>(h.lr * (0.1 + 10.0 * unit(rng())));
             for (int i = 0; i < 200; ++i) {
                 const float s = negative(rng()) ? -1.0f : 1.0f;
                 const float p = s * std::abs(normal(rng()));
@@ -370,17 +478,20 @@ TEST_CASE("optim.kernel_element_math_matches_reference") {
                 const bool second_moment = A == cudarc_optim::kRmsprop || A == cudarc_optim::kAdagrad;
                 const float m0 = (second_moment ? 1.0f : s) * std::abs(normal(rng())) * 0.01f;
                 const float v0 = std::abs(normal(rng())) * 1e-4f;
-                float m = m0, v = v0, update = 0.0f;
-                REQUIRE(cudarc_optim::update_element<A>(hp, p, g, m, v, update));
+                const float w0 = s * std::abs(normal(rng())) * 0.01f;  // AdEMAMix's slow EMA
+                float m = m0, v = v0, w = w0, update = 0.0f;
+                REQUIRE(cudarc_optim::update_element<A>(hp, p, g, m, v, w, update, factor));
                 const float p_new = cudarc_optim::apply_update<A>(hp, p, update, 1.0f);
-                const reference::ElementResult r = reference::update_element(a, k, p, g, m0, v0);
+                const reference::ElementResult r = reference::update_element(a, k, p, g, m0, v0, w0, factor);
                 CAPTURE(static_cast<int>(a));
                 CAPTURE(trial);
                 CAPTURE(i);
                 REQUIRE(std::abs(static_cast<double>(p_new) - r.param) <=
                         kUlps * (std::abs(p) + std::abs(r.update)));
+                REQUIRE(std::abs(static_cast<double>(update) - r.update) <= kUlps * std::abs(r.update));
                 REQUIRE(std::abs(static_cast<double>(m) - r.state1) <= kUlps * std::abs(r.state1));
                 REQUIRE(std::abs(static_cast<double>(v) - r.state2) <= kUlps * std::abs(r.state2));
+                REQUIRE(std::abs(static_cast<double>(w) - r.state3) <= kUlps * std::abs(r.state3));
             }
         }
     };
@@ -390,6 +501,38 @@ TEST_CASE("optim.kernel_element_math_matches_reference") {
     check_algorithm(UpdateRule::lion, std::integral_constant<int, cudarc_optim::kLion>{});
     check_algorithm(UpdateRule::rmsprop, std::integral_constant<int, cudarc_optim::kRmsprop>{});
     check_algorithm(UpdateRule::adagrad, std::integral_constant<int, cudarc_optim::kAdagrad>{});
+    check_algorithm(UpdateRule::ademamix, std::integral_constant<int, cudarc_optim::kAdemamix>{});
+    check_algorithm(UpdateRule::lamb, std::integral_constant<int, cudarc_optim::kLamb>{});
+    check_algorithm(UpdateRule::lars, std::integral_constant<int, cudarc_optim::kLars>{});
+}
+
+// The 8-bit kernels' AdEMAMix update (approximate square root and reciprocal) against the reference.
+TEST_CASE("optim.kernel_8bit_element_math_matches_reference_for_ademamix") {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    StepInputs h = step_inputs(UpdateRule::ademamix);
+    h.step = 17;
+    h.t_alpha = 100;
+    h.t_beta3 = 100;
+    const KernelParams k = kernel_params_of(UpdateRule::ademamix, h);
+    const auto hp = std::bit_cast<cudarc_optim::OptimParams>(k);
+    for (int i = 0; i < 1000; ++i) {
+        const float s = normal(rng()) < 0 ? -1.0f : 1.0f;
+        const float p = s * std::abs(normal(rng()));
+        const float g = s * std::abs(normal(rng())) * 0.1f;
+        const float m0 = s * std::abs(normal(rng())) * 0.01f;
+        const float v0 = std::abs(normal(rng())) * 1e-4f;
+        const float w0 = s * std::abs(normal(rng())) * 0.01f;
+        float m = m0, v = v0, w = w0;
+        const float update = cudarc_optim::update_8bit<cudarc_optim::kAdemamix>(hp, p, g, m, v, w);
+        const reference::ElementResult r =
+            reference::update_element(UpdateRule::ademamix, k, p, g, m0, v0, w0);
+        CAPTURE(i);
+        // (On the host the approximate operations are the rounded ones; a few roundings either way.)
+        CHECK(std::abs(static_cast<double>(update) - r.update) <= 8 * 0x1p-24 * std::abs(r.update));
+        CHECK(std::abs(static_cast<double>(m) - r.state1) <= 8 * 0x1p-24 * std::abs(r.state1));
+        CHECK(std::abs(static_cast<double>(v) - r.state2) <= 8 * 0x1p-24 * std::abs(r.state2));
+        CHECK(std::abs(static_cast<double>(w) - r.state3) <= 8 * 0x1p-24 * std::abs(r.state3));
+    }
 }
 
 TEST_CASE("optim.kernel_element_math_skips_nonfinite_gradients") {
@@ -397,8 +540,8 @@ TEST_CASE("optim.kernel_element_math_skips_nonfinite_gradients") {
     const auto hp = std::bit_cast<cudarc_optim::OptimParams>(k);
     for (float g : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
                     -std::numeric_limits<float>::infinity()}) {
-        float m = 0.25f, v = 0.5f, update = 7.0f;
-        CHECK_FALSE(cudarc_optim::update_element<cudarc_optim::kAdamW>(hp, 1.0f, g, m, v, update));
+        float m = 0.25f, v = 0.5f, w = 0.75f, update = 7.0f;
+        CHECK_FALSE(cudarc_optim::update_element<cudarc_optim::kAdamW>(hp, 1.0f, g, m, v, w, update));
         CHECK(m == 0.25f);
         CHECK(v == 0.5f);
         CHECK(update == 0.0f);

@@ -96,19 +96,28 @@ void check_damage_is_detected(const std::function<std::string(std::string)>& dam
 
 }  // namespace
 
-TEST_CASE("rtc.hash128_matches_fnv1a_reference") {
-    // Reference values computed independently from the FNV-1a 128 definition (big integers).
-    CHECK(rtc::fnv1a128("").hex() == "6c62272e07bb014262b821756295c58d");
-    CHECK(rtc::fnv1a128("a").hex() == "d228cb696f1a8caf78912b704e4a8964");
-    CHECK(rtc::fnv1a128("foobar").hex() == "343e1662793c64bf6f0d3597ba446f18");
+TEST_CASE("rtc.hash128_matches_xxh3_reference") {
+    // Reference digests from xxhsum -H2 (the xxhash command-line tool; canonical form, high half first).
+    CHECK(rtc::xxh3_128("").hex() == "99aa06d3014798d86001c324468d497f");
+    CHECK(rtc::xxh3_128("a").hex() == "a96faf705af16834e6c632b61e964e1f");
+    CHECK(rtc::xxh3_128("foobar").hex() == "3c9e102628997f44ac87b0b131c6992d");
     std::string all_bytes;
     for (int repeat = 0; repeat < 4; ++repeat) {
         for (int byte = 0; byte < 256; ++byte) all_bytes.push_back(static_cast<char>(byte));
     }
-    CHECK(rtc::fnv1a128(all_bytes).hex() == "a14176b4fa8be677563f36da8584718d");
-    // Incremental updates equal one update; fields are length-prefixed.
-    CHECK(rtc::Fnv1a128().update("foo").update("bar").digest() == rtc::fnv1a128("foobar"));
-    CHECK(rtc::Fnv1a128().field("ab").field("c").digest() != rtc::Fnv1a128().field("a").field("bc").digest());
+    CHECK(rtc::xxh3_128(all_bytes).hex() == "83885e853bb6640ca870f92984398d22");
+    // Long enough for the streaming path's stripes and blocks: (i * 7 + 3) mod 256, 100000 bytes.
+    std::string long_input(100000, '\0');
+    for (std::size_t i = 0; i < long_input.size(); ++i) long_input[i] = static_cast<char>((i * 7 + 3) % 256);
+    CHECK(rtc::xxh3_128(long_input).hex() == "d9e155dd16e141d00c056f6fcc340974");
+    // Incremental updates, in any split, equal one update; fields are length-prefixed.
+    rtc::Hasher128 pieces;
+    for (std::size_t at = 0; at < long_input.size(); at += 1 + at % 977)
+        pieces.update(std::string_view(long_input).substr(at, 1 + at % 977));
+    CHECK(pieces.digest() == rtc::xxh3_128(long_input));
+    CHECK(rtc::Hasher128().update("foo").update("bar").digest() == rtc::xxh3_128("foobar"));
+    CHECK(rtc::Hasher128().field("ab").field("c").digest() !=
+          rtc::Hasher128().field("a").field("bc").digest());
 }
 
 TEST_CASE("rtc.cache_directory_from_environment") {

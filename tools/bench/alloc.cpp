@@ -198,12 +198,19 @@ ReplayResult replay(const Device& device, Stream& stream, const ReplayShape& sha
     return result;
 }
 
-int run_alloc(const Options& options) {
-    const int warmups = options.get_int("warmups", 3);
-    const int rounds = options.get_int("rounds", 15);
-    const int steps = options.get_int("steps", 20);
-    const auto seed = static_cast<std::uint64_t>(options.get_int("seed", 1));
-    auto device = Device::open(options.get_int("device", 0));
+struct AllocArgs : CommonArgs {
+    int steps = 20;
+    int seed = 1;
+    int layers = ReplayShape{}.layers;
+    int hidden = static_cast<int>(ReplayShape{}.hidden);
+};
+
+int run_alloc(const AllocArgs& args) {
+    const int warmups = args.warmups;
+    const int rounds = args.rounds;
+    const int steps = args.steps;
+    const auto seed = static_cast<std::uint64_t>(args.seed);
+    auto device = Device::open(args.device);
     if (device.memory_source() != MemorySource::caching_allocator) {
         throw Error("cudarc-bench alloc: the device does not use the caching allocator");
     }
@@ -213,9 +220,8 @@ int run_alloc(const Options& options) {
     if (caching == nullptr)
         throw Error("cudarc-bench alloc: the device's memory source is not the caching allocator");
     alloc::CachingAllocator& allocator = caching->allocator();
-    JsonLines json(options);
-    fmt::print("cudarc-bench alloc on {} ({}), driver {}; median of {} rounds after {} warm-up rounds\n",
-               device.name(), device.arch(), Device::driver_version(), rounds, warmups);
+    JsonLines json(args, device, "alloc");
+    print_header(json.context(), fmt::format("median of {} rounds after {} warm-up rounds", rounds, warmups));
 
     auto stream = device.create_stream();
     const auto key = reinterpret_cast<alloc::StreamKey>(stream.native());
@@ -224,12 +230,7 @@ int run_alloc(const Options& options) {
     auto report = [&](const std::string& name, std::size_t bytes, double value, const char* unit,
                       const std::string& note) {
         print_row(name, value, unit, note);
-        json.write({{"bench", quoted("alloc")},
-                    {"case", quoted(name)},
-                    {"size_bytes", fmt::format("{}", bytes)},
-                    {"value", fmt::format("{:.6f}", value)},
-                    {"unit", quoted(unit)},
-                    {"device", quoted(device.name())}});
+        json.write({{"case", name}, {"size_bytes", bytes}, {"value", value}, {"unit", unit}});
     };
 
     // 1. Alloc + free pairs.
@@ -292,8 +293,8 @@ int run_alloc(const Options& options) {
 
     // 2. Training-like replay, from an empty cache.
     ReplayShape shape;
-    shape.layers = options.get_int("layers", shape.layers);
-    shape.hidden = static_cast<std::size_t>(options.get_int("hidden", static_cast<int>(shape.hidden)));
+    shape.layers = args.layers;
+    shape.hidden = static_cast<std::size_t>(args.hidden);
     stream.synchronize();
     device.empty_cache();
     device.reset_peak_memory();
@@ -319,11 +320,16 @@ int run_alloc(const Options& options) {
     return 0;
 }
 
-const Registration registration{
+const Subcommand<AllocArgs> registration{
     "alloc",
-    "caching allocator alloc+free vs cuMemAllocAsync and cuMemAlloc; training-like "
-    "replay's reserved / peak allocated",
-    run_alloc};
+    "caching allocator alloc+free vs cuMemAllocAsync and cuMemAlloc; training-like replay's reserved / peak "
+    "allocated",
+    run_alloc, [](OptionSet& options, AllocArgs& args) {
+        options.add("--steps", args.steps, "training steps replayed", Check::positive)
+            .add("--seed", args.seed, "the replay's random seed", Check::non_negative)
+            .add("--layers", args.layers, "the replayed model's layers", Check::positive)
+            .add("--hidden", args.hidden, "the replayed model's hidden size", Check::positive);
+    }};
 
 }  // namespace
 }  // namespace cudarc::bench

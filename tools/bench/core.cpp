@@ -58,25 +58,22 @@ void bench_disjoint_subviews(Device& device, Stream& parent, int warmups, int ro
            "expect <= 24 (8 forks, <= 8 buffer waits on earlier rounds' events, 8 joins)");
 }
 
-int run_core(const Options& options) {
-    const int warmups = options.get_int("warmups", 3);
-    const int rounds = options.get_int("rounds", 15);
-    auto device = Device::open(options.get_int("device", 0));
+struct CoreArgs : CommonArgs {};
+
+int run_core(const CoreArgs& args) {
+    const int warmups = args.warmups;
+    const int rounds = args.rounds;
+    auto device = Device::open(args.device);
     auto& state = *device.state();
     const sys::DriverApi& api = state.api();
-    JsonLines json(options);
-    fmt::print("cudarc-bench core on {} ({}), driver {}; median of {} rounds after {} warm-up rounds\n",
-               device.name(), device.arch(), Device::driver_version(), rounds, warmups);
+    JsonLines json(args, device, "core");
+    print_header(json.context(), fmt::format("median of {} rounds after {} warm-up rounds", rounds, warmups));
 
     auto parent = device.create_stream();
     auto sync_parent = [&] { parent.synchronize(); };
     auto report = [&](const std::string& name, double value, const char* unit, const std::string& note) {
         print_row(name, value, unit, note);
-        json.write({{"bench", quoted("core")},
-                    {"case", quoted(name)},
-                    {"value", fmt::format("{:.6f}", value)},
-                    {"unit", quoted(unit)},
-                    {"device", quoted(device.name())}});
+        json.write({{"case", name}, {"value", value}, {"unit", unit}});
     };
 
     // 1. Fork + join pair vs one raw event record + cross-stream wait.
@@ -179,8 +176,8 @@ int run_core(const Options& options) {
     return 0;
 }
 
-const Registration registration{"core", "fork/join, readback synchronization, allocation vs raw driver calls",
-                                run_core};
+const Subcommand<CoreArgs> registration{
+    "core", "fork/join, readback synchronization, allocation vs raw driver calls", run_core};
 
 }  // namespace
 }  // namespace cudarc::bench

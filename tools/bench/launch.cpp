@@ -80,27 +80,26 @@ void check(const detail::DeviceState& state, sys::Result result, const char* cal
     state.check(result, call);
 }
 
-int run_launch(const Options& options) {
-    const int warmups = options.get_int("warmups", 3);
-    const int rounds = options.get_int("rounds", 15);
-    const int iterations = options.get_int("iterations", 500);
-    auto device = Device::open(options.get_int("device", 0));
+struct LaunchArgs : CommonArgs {
+    int iterations = 500;
+    int copy_mib = 1024;
+};
+
+int run_launch(const LaunchArgs& args) {
+    const int warmups = args.warmups;
+    const int rounds = args.rounds;
+    const int iterations = args.iterations;
+    auto device = Device::open(args.device);
     auto& state = *device.state();
     const sys::DriverApi& api = state.api();
-    JsonLines json(options);
+    JsonLines json(args, device, "launch");
     const CompilerVersion compiler = compiler_version(device.backend());
-    fmt::print(
-        "cudarc-bench launch on {} ({}), driver {}, {} {}.{}; median of {} rounds after {} warm-up rounds\n",
-        device.name(), device.arch(), Device::driver_version(),
-        compiler.backend == Backend::hip ? "hiprtc" : "NVRTC", compiler.major, compiler.minor, rounds,
-        warmups);
+    print_header(json.context(), fmt::format("{} {}.{}; median of {} rounds after {} warm-up rounds",
+                                             compiler.backend == Backend::hip ? "hiprtc" : "NVRTC",
+                                             compiler.major, compiler.minor, rounds, warmups));
     auto report = [&](const std::string& name, double value, const char* unit, const std::string& note) {
         print_row(name, value, unit, note);
-        json.write({{"bench", quoted("launch")},
-                    {"case", quoted(name)},
-                    {"value", fmt::format("{:.6f}", value)},
-                    {"unit", quoted(unit)},
-                    {"device", quoted(device.name())}});
+        json.write({{"case", name}, {"value", value}, {"unit", unit}});
     };
 
     auto stream = device.create_stream();
@@ -284,7 +283,7 @@ int run_launch(const Options& options) {
 
     // 5. Bandwidth: the copy kernel vs cuMemcpyDtoDAsync, same buffers (read + write bytes per second).
     {
-        const auto mib = static_cast<std::size_t>(options.get_int("copy-mib", 1024));
+        const auto mib = static_cast<std::size_t>(args.copy_mib);
         const std::size_t n = mib * 1024 * 1024 / sizeof(float);
         const auto copy = bench.kernel<void(float*, const float*, unsigned long long)>("bench_copy");
         auto src = DeviceSlice<float>::zeros(stream, n);
@@ -310,8 +309,12 @@ int run_launch(const Options& options) {
     return 0;
 }
 
-const Registration registration{
-    "launch", "typed launch vs raw cuLaunchKernel; NVRTC cold vs cached; copy kernel vs memcpy", run_launch};
+const Subcommand<LaunchArgs> registration{
+    "launch", "typed launch vs raw cuLaunchKernel; NVRTC cold vs cached; copy kernel vs memcpy", run_launch,
+    [](OptionSet& options, LaunchArgs& args) {
+        options.add("--iterations", args.iterations, "launches per timed round", Check::positive)
+            .add("--copy-mib", args.copy_mib, "MiB copied by the bandwidth case", Check::positive);
+    }};
 
 }  // namespace
 }  // namespace cudarc::bench

@@ -1,126 +1,144 @@
 // cudarc-bench SUBCOMMAND [options]: benchmarks that compare cudarc with raw driver calls in one run.
+//
+// The command line is parsed by CLI11 here, for every subcommand, before anything runs (see bench.hpp).
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <cstdio>
-#include <cstdlib>
 #include <exception>
+#include <limits>
 #include <map>
 #include <string>
+#include <type_traits>
 
 #include "bench.hpp"
-#include "cudarc/error.hpp"
+#include "cudarc/fmt.hpp"
+#include "cudarc/version.hpp"
 
 namespace cudarc::bench {
 namespace {
+
 struct Entry {
     std::string summary;
-    Command command;
+    Declare declare;
 };
+
 std::map<std::string, Entry>& registry() {
     static std::map<std::string, Entry> commands;
     return commands;
 }
+
+template <typename Number>
+CLI::Option* with_check(CLI::Option* option, Check check) {
+    constexpr Number kMax = std::numeric_limits<Number>::max();
+    switch (check) {
+        case Check::none:
+            break;
+        case Check::positive:
+            option->check(std::is_integral_v<Number> ? CLI::Validator(CLI::Range(Number{1}, kMax))
+                                                     : CLI::Validator(CLI::PositiveNumber));
+            break;
+        case Check::non_negative:
+            option->check(CLI::Range(Number{0}, kMax));
+            break;
+    }
+    return option;
+}
+
 }  // namespace
 
-Registration::Registration(const char* name, const char* summary, Command command) {
-    registry()[name] = Entry{summary, command};
+void register_subcommand(const char* name, const char* summary, Declare declare) {
+    registry()[name] = Entry{summary, std::move(declare)};
 }
 
-Options::Options(int argc, char** argv, int first) {
-    for (int i = first; i < argc; ++i) {
-        std::string arg = argv[i];
-        if (arg.rfind("--", 0) != 0) {
-            values_["_positional"] += (values_["_positional"].empty() ? "" : ",") + arg;
-            continue;
-        }
-        arg = arg.substr(2);
-        const auto eq = arg.find('=');
-        if (eq != std::string::npos) {
-            values_[arg.substr(0, eq)] = arg.substr(eq + 1);
-        } else if (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0) {
-            values_[arg] = argv[++i];
-        } else {
-            values_[arg] = "";
-        }
-    }
+OptionSet& OptionSet::add(const std::string& name, int& value, const std::string& help, Check check) {
+    with_check<int>(app_.add_option(name, value, help)->capture_default_str(), check);
+    return *this;
 }
 
-std::string Options::get(const std::string& name, const std::string& fallback) const {
-    const auto it = values_.find(name);
-    return it == values_.end() ? fallback : it->second;
+OptionSet& OptionSet::add(const std::string& name, double& value, const std::string& help, Check check) {
+    with_check<double>(app_.add_option(name, value, help)->capture_default_str(), check);
+    return *this;
 }
 
-int Options::get_int(const std::string& name, int fallback) const {
-    const std::string value = get(name, "");
-    if (value.empty()) return fallback;
-    char* end = nullptr;
-    const long parsed = std::strtol(value.c_str(), &end, 10);
-    if (end == value.c_str() || *end != '\0')
-        throw Error(fmt::format("--{} expects an integer, got '{}'", name, value));
-    return static_cast<int>(parsed);
+OptionSet& OptionSet::add(const std::string& name, std::string& value, const std::string& help,
+                          const std::vector<std::string>& choices) {
+    auto* option = app_.add_option(name, value, help)->capture_default_str();
+    if (!choices.empty()) option->check(CLI::IsMember(choices));
+    return *this;
 }
 
-std::vector<std::string> Options::get_list(const std::string& name, const std::string& fallback) const {
-    std::vector<std::string> out;
-    std::string text = get(name, fallback);
-    std::size_t start = 0;
-    while (start <= text.size()) {
-        const auto comma = text.find(',', start);
-        const std::string item =
-            text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-        if (!item.empty()) out.push_back(item);
-        if (comma == std::string::npos) break;
-        start = comma + 1;
-    }
-    return out;
+OptionSet& OptionSet::add_list(const std::string& name, std::vector<std::string>& values,
+                               const std::string& help, const std::vector<std::string>& choices) {
+    // One argument per occurrence, split at commas ("--dtypes fp16,bf16"); the list replaces the default.
+    auto* option =
+        app_.add_option(name, values, help)->delimiter(',')->capture_default_str()->allow_extra_args(false);
+    if (!choices.empty()) option->check(CLI::IsMember(choices));
+    return *this;
 }
 
-JsonLines::JsonLines(const Options& options) {
-    const std::string path = options.get("output", "");
-    if (path.empty()) return;
-    file_ = std::fopen(path.c_str(), "a");
-    if (file_ == nullptr) throw Error(fmt::format("cannot open --output file '{}'", path));
+OptionSet& OptionSet::add_list(const std::string& name, std::vector<int>& values, const std::string& help,
+                               Check check) {
+    with_check<int>(
+        app_.add_option(name, values, help)->delimiter(',')->capture_default_str()->allow_extra_args(false),
+        check);
+    return *this;
 }
 
-JsonLines::~JsonLines() {
-    if (file_ != nullptr) std::fclose(file_);
+OptionSet& OptionSet::add_flag(const std::string& name, bool& value, const std::string& help) {
+    app_.add_flag(name, value, help);
+    return *this;
 }
 
-void JsonLines::write(const std::vector<std::pair<std::string, std::string>>& fields) {
-    if (file_ == nullptr) return;
-    std::string line = "{";
-    for (std::size_t i = 0; i < fields.size(); ++i) {
-        line += fmt::format("{}\"{}\": {}", i == 0 ? "" : ", ", fields[i].first, fields[i].second);
-    }
-    line += "}\n";
-    std::fputs(line.c_str(), file_);
-}
-
-void print_row(const std::string& name, double value, const char* unit, const std::string& note) {
-    std::printf("  %-58s %12.3f %-6s %s\n", name.c_str(), value, unit, note.c_str());
+void add_common_options(OptionSet& options, CommonArgs& args) {
+    options.add("--device", args.device, "device ordinal", Check::non_negative)
+        .add("--warmups", args.warmups, "warm-up rounds, not counted", Check::non_negative)
+        .add("--rounds", args.rounds, "timed rounds (figures are their median)", Check::positive)
+        .add("--output", args.output, "append one JSON object per result to this file");
 }
 
 }  // namespace cudarc::bench
 
 int main(int argc, char** argv) {
     using namespace cudarc::bench;
-    const std::string command = argc > 1 ? argv[1] : "--help";
-    if (command == "--help" || command == "-h" || command == "help") {
-        std::printf("usage: cudarc-bench SUBCOMMAND [--option value ...]\n\nsubcommands:\n");
-        for (const auto& [name, entry] : registry())
-            std::printf("  %-12s %s\n", name.c_str(), entry.summary.c_str());
-        std::printf("\ncommon options: --warmups N --rounds N --output results.jsonl\n");
-        return argc > 1 ? 0 : 2;
+    // Rows reach a log (a pipe or a file) as they are produced, not when the buffer fills.
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);
+
+    CLI::App app{
+        "cudarc-bench: compares cudarc with raw driver calls in the same run (ratios; medians of "
+        "rounds after warm-up)",
+        "cudarc-bench"};
+    app.set_version_flag("--version", fmt::format("cudarc-bench {}", cudarc::version()));
+    app.require_subcommand(1, 1);
+    std::map<std::string, std::function<int()>> runs;
+    std::vector<std::pair<CLI::App*, std::string>> subcommands;
+    for (const auto& [name, entry] : registry()) {
+        CLI::App* sub = app.add_subcommand(name, entry.summary);
+        OptionSet options(*sub);
+        runs[name] = entry.declare(options);
+        subcommands.emplace_back(sub, name);
     }
-    const auto it = registry().find(command);
-    if (it == registry().end()) {
-        std::fprintf(stderr, "cudarc-bench: unknown subcommand '%s' (try --help)\n", command.c_str());
+    if (argc > 1 && argv[1][0] != '-' && registry().count(argv[1]) == 0) {
+        std::string known;
+        for (const auto& [name, entry] : registry()) known += (known.empty() ? "" : ", ") + name;
+        fmt::print(stderr, "cudarc-bench: unknown subcommand '{}' (known: {}; try --help)\n", argv[1], known);
         return 2;
     }
     try {
-        return it->second.command(Options(argc, argv, 2));
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "cudarc-bench %s: %s\n", command.c_str(), e.what());
-        return 1;
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        // --help and --version exit 0; anything else is a bad command line: the message, then status 2.
+        return app.exit(e) == 0 ? 0 : 2;
     }
+    for (const auto& [sub, name] : subcommands) {
+        if (!sub->parsed()) continue;
+        try {
+            return runs[name]();
+        } catch (const std::exception& e) {
+            std::fflush(stdout);
+            fmt::print(stderr, "cudarc-bench {}: {}\n", name, e.what());
+            return 1;
+        }
+    }
+    return 2;  // unreachable: require_subcommand(1) made parse() throw
 }

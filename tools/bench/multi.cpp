@@ -75,34 +75,33 @@ void check_nccl(const sys::NcclApi& api, sys::NcclResult result, const char* cal
     }
 }
 
-int run_multi(const Options& options) {
-    const int warmups = options.get_int("warmups", 3);
-    const int rounds = options.get_int("rounds", 7);
-    const int iterations = options.get_int("iterations", 20);
-    const std::size_t min_bytes = static_cast<std::size_t>(options.get_int("min-mib", 8)) * kMiB;
-    const std::size_t max_bytes = static_cast<std::size_t>(options.get_int("max-mib", 1024)) * kMiB;
-    if (warmups < 0 || rounds < 1 || iterations < 1 || min_bytes == 0 || max_bytes < min_bytes)
-        throw Error("--warmups >= 0, --rounds >= 1, --iterations >= 1 and 0 < --min-mib <= --max-mib");
+struct MultiArgs : CommonArgs {
+    MultiArgs() { rounds = 7; }
+    int iterations = 20;
+    int min_mib = 8;
+    int max_mib = 1024;
+};
+
+int run_multi(const MultiArgs& args) {
+    const int warmups = args.warmups;
+    const int rounds = args.rounds;
+    const int iterations = args.iterations;
+    const std::size_t min_bytes = static_cast<std::size_t>(args.min_mib) * kMiB;
+    const std::size_t max_bytes = static_cast<std::size_t>(args.max_mib) * kMiB;
+    if (max_bytes < min_bytes)
+        throw Error(fmt::format("--max-mib {} is below --min-mib {}", args.max_mib, args.min_mib));
     // NVLink multicast stays off (docs/multi-gpu.md says why).
     ::setenv("NCCL_NVLS_ENABLE", "0", 1);
-    JsonLines json(options);
     const int count = Device::count();
     std::vector<Device> devices;
     for (int i = 0; i < count; ++i) devices.push_back(Device::open(i));
-    fmt::print(
-        "cudarc-bench multi on {} x {} ({}), driver {}; median of {} rounds of {} operations after {} "
-        "warm-up "
-        "rounds\n",
-        count, devices.front().name(), devices.front().arch(), Device::driver_version(), rounds, iterations,
-        warmups);
+    JsonLines json(args, devices.front(), "multi");
+    print_header(json.context(),
+                 fmt::format("{} GPU(s); median of {} rounds of {} operations after {} warm-up rounds", count,
+                             rounds, iterations, warmups));
     auto report = [&](const std::string& name, double value, const char* unit, const std::string& note) {
         print_row(name, value, unit, note);
-        json.write({{"bench", quoted("multi")},
-                    {"case", quoted(name)},
-                    {"value", fmt::format("{:.6f}", value)},
-                    {"unit", quoted(unit)},
-                    {"devices", std::to_string(count)},
-                    {"device", quoted(devices.front().name())}});
+        json.write({{"case", name}, {"value", value}, {"unit", unit}, {"devices", count}});
     };
     if (count < 2) {
         fmt::print(
@@ -221,9 +220,14 @@ int run_multi(const Options& options) {
     return 0;
 }
 
-const Registration registration{
+const Subcommand<MultiArgs> registration{
     "multi", "all_reduce bus bandwidth (cudarc vs raw NCCL) and peer copies (vs cuMemcpyPeerAsync)",
-    run_multi};
+    run_multi, [](OptionSet& options, MultiArgs& args) {
+        options.add("--iterations", args.iterations, "operations per round", Check::positive);
+        options.add("--min-mib", args.min_mib, "smallest all_reduce and copy size, MiB", Check::positive);
+        options.add("--max-mib", args.max_mib, "largest size, MiB (sizes double from --min-mib)",
+                    Check::positive);
+    }};
 
 }  // namespace
 }  // namespace cudarc::bench

@@ -3,7 +3,11 @@
 // graph-replayed steps, all in one run, and a device-to-device copy as the bandwidth yardstick.
 //
 //     cudarc-bench optimizer --inventories 32,256,1024 --dtypes fp16,bf16,fp32 --bits 8,32
-//                            --warmups 10 --rounds 7 --output results.jsonl
+//                            --warmups 10 --rounds 7 --output results.jsonl --rule adamw
+//
+// --rule: adam, adamw (the default), sgd, lion, rmsprop, adagrad, ademamix, lamb or lars, with its
+// default_options (LAMB and LARS: 32-bit state only; their 8-bit cells are left out, and --bits 8 alone is
+// an error).
 //
 // Cells: for each inventory N, dtype and state width, N tensors whose sizes cycle 4096, 8192, 16384,
 // 32768 elements; then 1024 tensors of 256K elements and one tensor of 256M elements (--cells
@@ -13,11 +17,12 @@
 //   legacy   per tensor on the legacy stream, cuCtxSynchronize after each (testing::LegacyStepper)
 //   current  per tensor on the caller's stream (Optimizer::step(stream, group, index, tensor))
 //   multi    one multi-tensor step of the group (one launch per pass)
-//   graph    a captured multi-tensor step, replayed
+//   graph    a capturable optimizer's multi-tensor step, captured once and replayed (each replay a new step)
 // Legacy and current rounds alternate A B A B for the first half of the rounds and B A B A for the
-// second; multi and graph likewise. Every step is timed as step number 1 (the step count is reset before
-// each), so a graph captured once replays exactly what the other variants run, and after timing every
-// variant's parameters and state are compared bitwise with the current variant's.
+// second; multi and graph likewise. Every variant takes the same number of steps from the same start (the
+// replays advance the capturable optimizer's step count on the device as the direct steps advance the
+// others'), so after timing every variant's parameters and state are compared bitwise with the current
+// variant's.
 //
 // Bytes per step (cudarc_testing/optim/traffic.hpp), per element: parameter read + write (2 x element size),
 // gradient read (element size), each fp32 state array read + write (8), each 8-bit state array code read +
@@ -41,10 +46,10 @@
 
 #include "bench.hpp"
 #include "cudarc/cudarc.hpp"
+#include "cudarc/fmt.hpp"
 #include "cudarc_testing/optim/legacy_step.hpp"
 #include "cudarc_testing/optim/reference.hpp"
 #include "cudarc_testing/optim/traffic.hpp"
-#include "optim/group_layout.hpp"
 
 namespace cudarc::bench {
 namespace {
@@ -177,7 +182,6 @@ class OptimizerBench {
 
 template <typename T>
 void OptimizerBench::step(VariantRun<T>& run, Variant variant) {
-    run.optimizer->set_step_count(run.group, 0);  // every step is step 1 (see the header comment)
     switch (variant) {
         case Variant::legacy:
             for (std::size_t i = 0; i < run.tensors.size(); ++i) {
@@ -228,11 +232,10 @@ CellResult OptimizerBench::run(const CellSpec& spec) {
     CellResult result;
     result.spec = spec;
     const optim::GroupOptions options = optim::default_options(rule_);
-    const int state_arrays = optim::detail::state_arrays(rule_, options.momentum);
+    const testing::StepShape shape = testing::step_shape(rule_, options);
     for (const std::int64_t n : spec.sizes) {
         result.elements += n;
-        result.bytes_per_step +=
-            testing::step_traffic(spec.type, spec.precision, state_arrays, n, false).total();
+        result.bytes_per_step += testing::step_traffic(spec.type, spec.precision, shape, n).total();
     }
 
     // Fresh random data: parameters in [-1, 1], gradients in [-0.1, 0.1].
@@ -251,9 +254,10 @@ CellResult OptimizerBench::run(const CellSpec& spec) {
     }
 
     std::array<VariantRun<T>, 4> runs;
-    const optim::OptimizerOptions optimizer_options{rule_, spec.precision, optim::StatePlacement::device,
-                                                    16384};
-    for (auto& run : runs) {
+    for (std::size_t v = 0; v < runs.size(); ++v) {
+        auto& run = runs[v];
+        const optim::OptimizerOptions optimizer_options{rule_, spec.precision, optim::StatePlacement::device,
+                                                        16384, v == static_cast<std::size_t>(Variant::graph)};
         // Note: reserved, so the ParamTensors (which point at the slices' buffers) stay valid.
         run.params.reserve(spec.sizes.size());
         for (std::size_t i = 0; i < spec.sizes.size(); ++i) {
@@ -267,7 +271,6 @@ CellResult OptimizerBench::run(const CellSpec& spec) {
     initial.clear();
     auto& graph_run = runs[static_cast<std::size_t>(Variant::graph)];
     stream_.synchronize();
-    graph_run.optimizer->set_step_count(graph_run.group, 0);
     graph_run.graph.emplace(capture(
         stream_, [&](Stream& s) { graph_run.optimizer->step(s, graph_run.group, graph_run.tensors); }));
 
@@ -341,8 +344,8 @@ double measure_copy_tbs(Device& device, Stream& stream, int warmups, int rounds)
     return bench::median(tbs);
 }
 
-std::string stats_json(const Stats& s) {
-    return fmt::format("{{\"median\": {:.6f}, \"p10\": {:.6f}, \"p90\": {:.6f}}}", s.median, s.p10, s.p90);
+nlohmann::ordered_json stats_json(const Stats& s) {
+    return {{"median", s.median}, {"p10", s.p10}, {"p90", s.p90}};
 }
 
 double geomean(const std::vector<double>& values) {
@@ -352,60 +355,61 @@ double geomean(const std::vector<double>& values) {
     return std::exp(log_sum / static_cast<double>(values.size()));
 }
 
-int run_optimizer(const Options& options) {
-    const int warmups = options.get_int("warmups", 10);
-    const int rounds = options.get_int("rounds", 7);
-    const double max_gb = static_cast<double>(options.get_int("max-gb", 60));
-    const std::string rule_name = options.get("rule", "adamw");
+struct OptimizerArgs : CommonArgs {
+    OptimizerArgs() {
+        warmups = 10;
+        rounds = 7;
+    }
+    int max_gb = 60;
+    std::string rule = "adamw";
+    std::vector<int> inventories = {32, 256, 1024};
+    std::vector<std::string> dtypes = {"fp16", "bf16", "fp32"};
+    std::vector<std::string> bits = {"8", "32"};
+    std::vector<std::string> cells = {"small", "mid", "huge"};
+};
+
+std::vector<std::string> rule_names() {
+    std::vector<std::string> names;
+    for (int r = 0; r <= static_cast<int>(optim::kLastUpdateRule); ++r)
+        names.emplace_back(optim::to_string(static_cast<optim::UpdateRule>(r)));
+    return names;
+}
+
+int run_optimizer(const OptimizerArgs& args) {
+    // The values were checked when the command line was parsed (see the registration below).
+    const int warmups = args.warmups;
+    const int rounds = args.rounds;
+    const double max_gb = static_cast<double>(args.max_gb);
     optim::UpdateRule rule = optim::UpdateRule::adamw;
-    bool known_rule = false;
-    for (int r = 0; r <= static_cast<int>(optim::UpdateRule::adagrad); ++r) {
-        if (optim::to_string(static_cast<optim::UpdateRule>(r)) == rule_name) {
+    for (int r = 0; r <= static_cast<int>(optim::kLastUpdateRule); ++r) {
+        if (optim::to_string(static_cast<optim::UpdateRule>(r)) == args.rule)
             rule = static_cast<optim::UpdateRule>(r);
-            known_rule = true;
-        }
     }
-    if (!known_rule) throw Error(fmt::format("--rule: unknown update rule '{}'", rule_name));
-    std::vector<int> inventories;
-    for (const auto& item : options.get_list("inventories", "32,256,1024")) {
-        const int n = std::atoi(item.c_str());
-        if (n <= 0) throw Error(fmt::format("--inventories: '{}' is not a positive tensor count", item));
-        inventories.push_back(n);
-    }
+    const std::vector<int>& inventories = args.inventories;
     std::vector<ElementType> types;
-    for (const auto& item : options.get_list("dtypes", "fp16,bf16,fp32")) {
-        if (item == "fp32") {
-            types.push_back(ElementType::fp32);
-        } else if (item == "fp16") {
-            types.push_back(ElementType::fp16);
-        } else if (item == "bf16") {
-            types.push_back(ElementType::bf16);
-        } else {
-            throw Error(fmt::format("--dtypes: unknown type '{}' (fp16, bf16, fp32)", item));
-        }
+    for (const auto& item : args.dtypes) {
+        types.push_back(item == "fp32"   ? ElementType::fp32
+                        : item == "fp16" ? ElementType::fp16
+                                         : ElementType::bf16);
     }
     std::vector<StatePrecision> precisions;
-    for (const auto& item : options.get_list("bits", "8,32")) {
-        if (item == "8") {
-            precisions.push_back(StatePrecision::blockwise8);
-        } else if (item == "32") {
-            precisions.push_back(StatePrecision::fp32);
-        } else {
-            throw Error(fmt::format("--bits: unknown state width '{}' (8, 32)", item));
-        }
-    }
-    const auto cell_kinds = options.get_list("cells", "small,mid,huge");
+    for (const auto& item : args.bits)
+        precisions.push_back(item == "8" ? StatePrecision::blockwise8 : StatePrecision::fp32);
+    // (LAMB and LARS keep 32-bit state only.)
+    std::erase_if(precisions, [&](StatePrecision p) { return !optim::supports(rule, p); });
+    if (precisions.empty())
+        throw Error(fmt::format("--rule {} keeps 32-bit state only: --bits 8 leaves no cells to run", rule));
+    const auto& cell_kinds = args.cells;
     auto wants = [&](const char* kind) {
         return std::find(cell_kinds.begin(), cell_kinds.end(), kind) != cell_kinds.end();
     };
 
-    auto device = Device::open(options.get_int("device", 0));
-    JsonLines json(options);
+    auto device = Device::open(args.device);
+    JsonLines json(args, device, "optimizer");
     auto stream = device.create_stream();
     const double copy_tbs = measure_copy_tbs(device, stream, 2, 5);
-    fmt::print(
-        "cudarc-bench optimizer on {} ({}), driver {}: {} steps, median of {} rounds after {} warm-ups\n",
-        device.name(), device.arch(), Device::driver_version(), optim::to_string(rule), rounds, warmups);
+    print_header(json.context(),
+                 fmt::format("{} steps, median of {} rounds after {} warm-ups", rule, rounds, warmups));
     fmt::print("device-to-device copy {:.2f} TB/s (read + write). Times: device events per step, ms.\n",
                copy_tbs);
     fmt::print("{:<10} {:<4} {:<3} {:>9} {:>9} {:>9} {:>9} {:>6} {:>6} {:>5} {:>6} {:>6} {:>4}\n", "cell",
@@ -463,13 +467,27 @@ int run_optimizer(const Options& options) {
     std::vector<double> small_ratios;
     std::vector<std::string> targets;
     std::size_t total_mismatches = 0;
-    const int state_arrays = optim::detail::state_arrays(rule, optim::default_options(rule).momentum);
+    const int state_arrays = testing::step_shape(rule, optim::default_options(rule)).state_arrays;
+    // A cell's cost for the progress line, in estimated seconds: its steps (four variants, warm-ups and
+    // rounds) at copy bandwidth over its bytes, plus a per-tensor launch-and-sync cost, plus the host fill.
+    auto estimated_cost = [&](const CellSpec& spec) {
+        const double bytes = static_cast<double>(cell_bytes(spec, state_arrays));
+        const double steps = static_cast<double>((warmups + spec.rounds) * spec.iterations);
+        const double step_s =
+            bytes / 4.0 * 2.0 / (copy_tbs * 1e12) + 30e-6 * static_cast<double>(spec.sizes.size());
+        return 4.0 * steps * step_s + bytes * 2e-9;
+    };
+    double total_cost = 0.0;
+    for (const CellSpec& spec : specs) total_cost += estimated_cost(spec);
+    Progress progress(specs.size(), total_cost);
     for (const CellSpec& spec : specs) {
         const std::string type_name(optim::to_string(spec.type));
         const char* bits = spec.precision == StatePrecision::blockwise8 ? "8" : "32";
+        progress.next(fmt::format("{} {} {}-bit", spec.inventory, type_name, bits), estimated_cost(spec));
         const double need_gb = static_cast<double>(cell_bytes(spec, state_arrays)) * 1e-9;
         const double free_gb = static_cast<double>(device.memory_info().free) * 1e-9;
         if (need_gb > max_gb || need_gb > 0.9 * free_gb) {
+            progress.clear();
             fmt::print("{:<10} {:<4} {:<3} skipped: needs {:.1f} GB (limit {:.0f} GB, free {:.1f} GB)\n",
                        spec.inventory, type_name, bits, need_gb, max_gb, free_gb);
             continue;
@@ -493,6 +511,7 @@ int run_optimizer(const Options& options) {
         const double multi_floor = r.device[2].median / floor_ms;
         const double current_fraction = floor_ms / r.device[1].median;
         const double best_fraction = floor_ms / std::min(r.device[1].median, r.device[2].median);
+        progress.clear();
         fmt::print(
             "{:<10} {:<4} {:<3} {:>9.4f} {:>9.4f} {:>9.4f} {:>9.4f} {:>6.2f} {:>6.2f} {:>5.0f} {:>6.2f} "
             "{:>5.0f}% {:>4}\n",
@@ -512,29 +531,27 @@ int run_optimizer(const Options& options) {
         }
         for (std::size_t v = 0; v < 4; ++v) {
             const double seconds = r.device[v].median * 1e-3;
-            json.write({{"bench", quoted("optimizer")},
-                        {"rule", quoted(std::string(optim::to_string(rule)))},
-                        {"inventory", quoted(spec.inventory)},
-                        {"tensors", std::to_string(spec.sizes.size())},
-                        {"elements", std::to_string(r.elements)},
-                        {"dtype", quoted(type_name)},
-                        {"state_bits", bits},
-                        {"variant", quoted(kVariantNames[v])},
-                        {"steps_per_round", std::to_string(spec.iterations)},
-                        {"rounds", std::to_string(spec.rounds)},
+            json.write({{"rule", optim::to_string(rule)},
+                        {"inventory", spec.inventory},
+                        {"tensors", spec.sizes.size()},
+                        {"elements", r.elements},
+                        {"dtype", type_name},
+                        {"state_bits", spec.precision == StatePrecision::blockwise8 ? 8 : 32},
+                        {"variant", kVariantNames[v]},
+                        {"steps_per_round", spec.iterations},
+                        {"rounds", spec.rounds},
                         {"device_ms", stats_json(r.device[v])},
                         {"wall_ms", stats_json(r.wall[v])},
-                        {"host_syncs_per_step", fmt::format("{:.3f}", r.syncs[v])},
-                        {"bytes_per_step", std::to_string(r.bytes_per_step)},
-                        {"bytes_per_element", fmt::format("{:.4f}", bytes / static_cast<double>(r.elements))},
-                        {"bandwidth_tbs", fmt::format("{:.4f}", bytes / seconds * 1e-12)},
-                        {"copy_tbs", fmt::format("{:.4f}", copy_tbs)},
-                        {"fraction_of_copy", fmt::format("{:.4f}", floor_ms / r.device[v].median)},
-                        {"floor_ratio", fmt::format("{:.4f}", r.device[v].median / floor_ms)},
-                        {"legacy_over_current_device", fmt::format("{:.4f}", r.legacy_over_current_device)},
-                        {"legacy_over_current_wall", fmt::format("{:.4f}", r.legacy_over_current_wall)},
-                        {"bitwise_equal", r.mismatches == 0 ? "true" : "false"},
-                        {"device", quoted(device.name())}});
+                        {"host_syncs_per_step", r.syncs[v]},
+                        {"bytes_per_step", r.bytes_per_step},
+                        {"bytes_per_element", bytes / static_cast<double>(r.elements)},
+                        {"bandwidth_tbs", bytes / seconds * 1e-12},
+                        {"copy_tbs", copy_tbs},
+                        {"fraction_of_copy", floor_ms / r.device[v].median},
+                        {"floor_ratio", r.device[v].median / floor_ms},
+                        {"legacy_over_current_device", r.legacy_over_current_device},
+                        {"legacy_over_current_wall", r.legacy_over_current_wall},
+                        {"bitwise_equal", r.mismatches == 0}});
         }
     }
     fmt::print(
@@ -550,12 +567,11 @@ int run_optimizer(const Options& options) {
                         small_ratios.size(), geomean(small_ratios)));
     }
     for (const auto& t : targets) fmt::print("  {}\n", t);
-    json.write({{"bench", quoted("optimizer")},
-                {"summary", "true"},
-                {"copy_tbs", fmt::format("{:.4f}", copy_tbs)},
-                {"legacy_over_current_geomean_small", fmt::format("{:.4f}", geomean(small_ratios))},
-                {"bitwise_mismatches", std::to_string(total_mismatches)},
-                {"device", quoted(device.name())}});
+    progress.done();
+    json.write({{"summary", true},
+                {"copy_tbs", copy_tbs},
+                {"legacy_over_current_geomean_small", geomean(small_ratios)},
+                {"bitwise_mismatches", total_mismatches}});
     if (total_mismatches != 0) {
         fmt::print(stderr, "cudarc-bench optimizer: {} tensor(s) differ between variants\n",
                    total_mismatches);
@@ -564,9 +580,18 @@ int run_optimizer(const Options& options) {
     return 0;
 }
 
-const Registration registration{
+const Subcommand<OptimizerArgs> registration{
     "optimizer", "optimizer steps: legacy pattern vs caller's stream, multi-tensor, graph replay",
-    run_optimizer};
+    run_optimizer, [](OptionSet& options, OptimizerArgs& args) {
+        options.add("--max-gb", args.max_gb, "skip cells that need more device memory (GB)", Check::positive)
+            .add("--rule", args.rule, "update rule", rule_names())
+            .add_list("--inventories", args.inventories, "tensor counts of the small cells", Check::positive)
+            .add_list("--dtypes", args.dtypes, "parameter types", {"fp16", "bf16", "fp32"})
+            .add_list("--bits", args.bits, "state widths", {"8", "32"})
+            .add_list("--cells", args.cells,
+                      "which cells: small (the inventories), mid (1024x256K), huge (1x256M)",
+                      {"small", "mid", "huge"});
+    }};
 
 }  // namespace
 }  // namespace cudarc::bench

@@ -1,5 +1,6 @@
-// cudarc::optim::Optimizer — stream-aware optimizer steps (Adam, AdamW, SGD, Lion, RMSprop, Adagrad) with
-// 32-bit or 8-bit blockwise state, on the caller's stream, with no host synchronization.
+// cudarc::optim::Optimizer — stream-aware optimizer steps (Adam, AdamW, SGD, Lion, RMSprop, Adagrad,
+// AdEMAMix, LAMB, LARS) with 32-bit or 8-bit blockwise state, on the caller's stream, with no host
+// synchronization.
 //
 //     namespace optim = cudarc::optim;
 //     optim::Optimizer opt(stream, {.rule = optim::UpdateRule::adamw,
@@ -35,9 +36,11 @@ enum class GroupId : std::size_t {};
 
 // One tensor's optimizer state on the host, as stored (for checkpoints and tests). Arrays the rule does
 // not keep are empty; fp32 state fills state1/state2, 8-bit state fills codes and absmax.
+// AdEMAMix keeps its fast and its slow EMA in state1 (codes1, absmax1), the fast one first, each as long
+// as it would be alone (bitsandbytes' stacked layout).
 struct TensorState {
     std::vector<float> state1;  // first moment / momentum / square average / sum of squares
-    std::vector<float> state2;  // Adam and AdamW's second moment
+    std::vector<float> state2;  // Adam's, AdamW's, AdEMAMix's and LAMB's second moment
     std::vector<std::uint8_t> codes1;
     std::vector<std::uint8_t> codes2;
     std::vector<float> absmax1;  // one per block of 256 elements
@@ -53,8 +56,12 @@ struct TensorState {
 // blocks the host. Results are bitwise identical whether a group is stepped tensor by tensor or at once,
 // on any stream, or replayed from a captured graph.
 //
-// Note: a captured graph replays the hyper-parameters and step number it captured (they are kernel
-// arguments); capture one step per graph, or re-capture when they change.
+// Graphs: an optimizer created with OptimizerOptions::capturable keeps each group's step count and
+// hyper-parameters in device memory, and its kernels advance the count, so a group step captured with
+// cudarc::capture is a new step at every replay, bitwise the same as a direct step; set_options(stream, ...)
+// and set_grad_scale(stream, ...) between replays take effect at the next one. Capturing a step of an
+// ordinary optimizer throws (its step number and hyper-parameters are kernel arguments, which every replay
+// would repeat).
 //
 // Not thread-safe: use one optimizer from one host thread at a time (like a stream).
 class Optimizer {
@@ -77,9 +84,11 @@ class Optimizer {
 
     // One step of every tensor of `group`: `tensors` in the order registered, with the registered sizes and
     // element types (the buffers may differ from step to step; a change costs one small asynchronous table
-    // upload). One multi-tensor launch per element type (two with max_unorm).
+    // upload, refused while `stream` is being captured). One multi-tensor launch per element type (two with
+    // max_unorm).
     void step(Stream& stream, GroupId group, std::span<const ParamTensor> tensors);
-    // One step of tensor `index` of `group` alone.
+    // One step of tensor `index` of `group` alone. Not for a capturable optimizer, whose step count is the
+    // group's.
     void step(Stream& stream, GroupId group, std::size_t index, const ParamTensor& tensor);
 
     [[nodiscard]] std::size_t group_count() const noexcept;
@@ -97,6 +106,20 @@ class Optimizer {
     // Gradients arrive multiplied by this (loss scaling); the update uses grad / scale. Default 1.
     void set_grad_scale(double scale);
     [[nodiscard]] double grad_scale() const noexcept;
+
+    // The same for any optimizer, capturable ones included, whose values live in device memory: the new
+    // values are validated first, then written there asynchronously on `stream` (one small kernel per
+    // group, ordered like any step on `stream`; the host never waits), so they take effect at the next
+    // step or graph replay ordered after it. A capturable group that was added with max_unorm 0 keeps it 0,
+    // and one added with max_unorm > 0 keeps it above 0 (a captured step has its max_unorm pass or not).
+    // For an ordinary optimizer `stream` is not used. The setters above, without a stream, throw for a
+    // capturable optimizer, as do step_count(group) and step_count(group, index).
+    void set_options(Stream& stream, GroupId group, const GroupOptions& options);
+    void set_grad_scale(Stream& stream, double scale);
+    void set_step_count(Stream& stream, GroupId group, std::int64_t count);
+    // The group's step count; for a capturable optimizer read back from the device (a blocking 8-byte copy
+    // on `stream`, ordered after the steps and replays enqueued there).
+    [[nodiscard]] std::int64_t step_count(Stream& stream, GroupId group) const;
 
     // Whether any step since the last reset met a NaN or infinite (unscaled) gradient. Such an element's
     // parameter and state are left unchanged and a device-side flag is set; reading it back here is the

@@ -77,7 +77,11 @@ std::int64_t ordered(std::uint32_t bits, int width) {
 }
 
 bool decoupled(UpdateRule a) {
-    return a == UpdateRule::adamw || a == UpdateRule::lion;
+    return a == UpdateRule::adamw || a == UpdateRule::lion || a == UpdateRule::ademamix;
+}
+
+bool trust_rule(UpdateRule a) {
+    return a == UpdateRule::lamb || a == UpdateRule::lars;
 }
 
 void check_size(std::size_t expected, std::size_t actual, const char* what) {
@@ -91,7 +95,11 @@ bool uses_state1(UpdateRule a, const abi::KernelParams& k) {
     return a != UpdateRule::sgd || k.momentum != 0.0f;
 }
 bool uses_state2(UpdateRule a) {
-    return a == UpdateRule::adam || a == UpdateRule::adamw;
+    return a == UpdateRule::adam || a == UpdateRule::adamw || a == UpdateRule::ademamix ||
+           a == UpdateRule::lamb;
+}
+bool uses_state3(UpdateRule a) {
+    return a == UpdateRule::ademamix;
 }
 
 double clip_scale(const abi::KernelParams& k, double norm) {
@@ -99,9 +107,21 @@ double clip_scale(const abi::KernelParams& k, double norm) {
     return max_unorm > 0.0 && norm > max_unorm ? max_unorm / norm : 1.0;
 }
 
+// The new parameter; `scale` is max_unorm's, or LAMB's lr times trust ratio (LARS' is in its update).
 double apply(UpdateRule a, const abi::KernelParams& k, double param, double update, double scale) {
+    if (a == UpdateRule::lars) return param - update;
     const double decayed = decoupled(a) ? param * static_cast<double>(k.decay) : param;
     return decayed - scale * update;
+}
+
+// lr times the trust ratio of LAMB (||p|| / ||direction||) or LARS (eta ||p|| / (||g|| + wd ||p||)), 1
+// times lr where a norm is 0 (docs/optimizers.md, "Trust ratios").
+double trust_scale(UpdateRule a, const abi::KernelParams& k, double first_norm, double param_norm) {
+    const double lr = k.lr;
+    if (!(first_norm > 0.0 && param_norm > 0.0)) return lr;
+    if (a == UpdateRule::lamb) return lr * param_norm / first_norm;
+    const double eta = cudarc_optim::trust_coefficient(k);
+    return lr * eta * param_norm / (first_norm + static_cast<double>(k.weight_decay) * param_norm);
 }
 
 }  // namespace
@@ -150,13 +170,13 @@ std::int64_t ulp_distance(ElementType type, std::uint32_t a, std::uint32_t b) no
 }
 
 ElementResult update_element(UpdateRule rule, const abi::KernelParams& k, double param, double grad,
-                             double state1, double state2) noexcept {
-    ElementResult r{param, state1, state2, 0.0, false};
+                             double state1, double state2, double state3, double factor) noexcept {
+    ElementResult r{param, state1, state2, state3, 0.0, false};
     if (!std::isfinite(static_cast<float>(grad) * k.inv_grad_scale)) return r;
     r.applied = true;
     double g = grad * static_cast<double>(k.inv_grad_scale);
     const double wd = k.weight_decay;
-    if (!decoupled(rule) && wd != 0.0) g += wd * param;
+    if (!decoupled(rule) && rule != UpdateRule::lamb && wd != 0.0) g += wd * param;
     const double beta1 = k.beta1;
     const double beta2 = k.beta2;
     const double eps = k.eps;
@@ -197,25 +217,72 @@ ElementResult update_element(UpdateRule rule, const abi::KernelParams& k, double
             r.update = static_cast<double>(k.step_size) * g / (std::sqrt(r.state1) + eps);
             break;
         }
+        case UpdateRule::ademamix: {
+            // lr (m1 / (1 - b1^t) + alpha m2) / (sqrt(nu) / sqrt(1 - b2^t) + eps), with this step's alpha and
+            // beta3 (k.alpha, slow_decay(k)) and step_size = lr / (1 - b1^t).
+            const double beta3 = cudarc_optim::slow_decay(k);
+            r.state1 = beta1 * state1 + (1.0 - beta1) * g;
+            r.state3 = beta3 * state3 + (1.0 - beta3) * g;
+            r.state2 = beta2 * state2 + (1.0 - beta2) * g * g;
+            const double denom = std::sqrt(r.state2) / static_cast<double>(k.bias_correction2_sqrt) + eps;
+            r.update =
+                (static_cast<double>(k.step_size) * r.state1 + lr * static_cast<double>(k.alpha) * r.state3) /
+                denom;
+            break;
+        }
+        case UpdateRule::lamb: {
+            // The direction: m / (1 - b1^t) / (sqrt(v) / sqrt(1 - b2^t) + eps) + wd p (step_size = 1 / (1 -
+            // b1^t)).
+            r.state1 = beta1 * state1 + (1.0 - beta1) * g;
+            r.state2 = beta2 * state2 + (1.0 - beta2) * g * g;
+            const double denom = std::sqrt(r.state2) / static_cast<double>(k.bias_correction2_sqrt) + eps;
+            r.update = static_cast<double>(k.step_size) * r.state1 / denom + wd * param;
+            break;
+        }
+        case UpdateRule::lars: {
+            // v = momentum v + lr local_lr (g + wd p); the parameter moves by v.
+            r.state1 = static_cast<double>(k.momentum) * state1 + factor * g;
+            r.update = r.state1;
+            break;
+        }
     }
     r.param = apply(rule, k, param, r.update, 1.0);
     return r;
 }
 
 StepReport step(UpdateRule rule, const abi::KernelParams& k, std::span<double> param,
-                std::span<const double> grad, std::span<double> state1, std::span<double> state2) {
+                std::span<const double> grad, std::span<double> state1, std::span<double> state2,
+                std::span<double> state3) {
     const bool with1 = uses_state1(rule, k);
     const bool with2 = uses_state2(rule);
+    const bool with3 = uses_state3(rule);
     check_size(param.size(), grad.size(), "the gradient");
     if (with1) check_size(param.size(), state1.size(), "state1");
     if (with2) check_size(param.size(), state2.size(), "state2");
+    if (with3) check_size(param.size(), state3.size(), "state3");
 
-    std::vector<ElementResult> results(param.size());
     StepReport report;
+    // LARS' momentum takes its trust ratio: the norms come first, from the parameter and the gradient.
+    double factor = 1.0;
+    if (rule == UpdateRule::lars) {
+        double grad_squares = 0.0;
+        double param_squares = 0.0;
+        for (std::size_t i = 0; i < param.size(); ++i) {
+            param_squares += param[i] * param[i];
+            if (!std::isfinite(static_cast<float>(grad[i]) * k.inv_grad_scale)) continue;
+            const double g = grad[i] * static_cast<double>(k.inv_grad_scale);
+            grad_squares += g * g;
+        }
+        factor = trust_scale(rule, k, std::sqrt(grad_squares), std::sqrt(param_squares));
+        report.trust_scale = factor;
+    }
+    std::vector<ElementResult> results(param.size());
     double sum_squares = 0.0;
+    double param_squares = 0.0;
     for (std::size_t i = 0; i < param.size(); ++i) {
-        results[i] =
-            update_element(rule, k, param[i], grad[i], with1 ? state1[i] : 0.0, with2 ? state2[i] : 0.0);
+        results[i] = update_element(rule, k, param[i], grad[i], with1 ? state1[i] : 0.0,
+                                    with2 ? state2[i] : 0.0, with3 ? state3[i] : 0.0, factor);
+        param_squares += param[i] * param[i];
         if (results[i].applied) {
             sum_squares += results[i].update * results[i].update;
         } else {
@@ -224,12 +291,17 @@ StepReport step(UpdateRule rule, const abi::KernelParams& k, std::span<double> p
     }
     report.update_norm = std::sqrt(sum_squares);
     report.update_scale = clip_scale(k, report.update_norm);
+    if (rule == UpdateRule::lamb) {
+        report.trust_scale = trust_scale(rule, k, report.update_norm, std::sqrt(param_squares));
+        report.update_scale = report.trust_scale;
+    }
     for (std::size_t i = 0; i < param.size(); ++i) {
         const ElementResult& r = results[i];
         if (!r.applied) continue;
         param[i] = apply(rule, k, param[i], r.update, report.update_scale);
         if (with1) state1[i] = r.state1;
         if (with2) state2[i] = r.state2;
+        if (with3) state3[i] = r.state3;
     }
     return report;
 }
@@ -263,14 +335,17 @@ bool codes_agree(const QuantMap& map, std::uint8_t device_code, std::uint8_t ref
 }
 
 StepReport step_8bit(UpdateRule rule, const abi::KernelParams& k, std::span<double> param,
-                     std::span<const double> grad, QuantizedState* state1, QuantizedState* state2) {
+                     std::span<const double> grad, QuantizedState* state1, QuantizedState* state2,
+                     QuantizedState* state3) {
+    if (trust_rule(rule)) throw Error("cudarc: optimizer reference: LAMB and LARS keep 32-bit state only");
     const bool with1 = uses_state1(rule, k);
     const bool with2 = uses_state2(rule);
+    const bool with3 = uses_state3(rule);
     const std::size_t n = param.size();
     check_size(n, grad.size(), "the gradient");
     const std::size_t blocks = (n + kQuantBlockSize - 1) / kQuantBlockSize;
-    for (auto [state, used, name] :
-         {std::tuple{state1, with1, "state1"}, std::tuple{state2, with2, "state2"}}) {
+    for (auto [state, used, name] : {std::tuple{state1, with1, "state1"}, std::tuple{state2, with2, "state2"},
+                                     std::tuple{state3, with3, "state3"}}) {
         if (!used) continue;
         if (state == nullptr) throw Error(fmt::format("cudarc: optimizer reference: {} is missing", name));
         check_size(n, state->codes.size(), name);
@@ -287,7 +362,8 @@ StepReport step_8bit(UpdateRule rule, const abi::KernelParams& k, std::span<doub
     for (std::size_t i = 0; i < n; ++i) {
         const double s1 = with1 ? state1->value(i) : 0.0;
         const double s2 = with2 ? state2->value(i) : 0.0;
-        results[i] = update_element(rule, k, param[i], grad[i], s1, s2);
+        const double s3 = with3 ? state3->value(i) : 0.0;
+        results[i] = update_element(rule, k, param[i], grad[i], s1, s2, s3);
         if (results[i].applied) {
             sum_squares += results[i].update * results[i].update;
         } else {
@@ -319,6 +395,7 @@ StepReport step_8bit(UpdateRule rule, const abi::KernelParams& k, std::span<doub
     };
     if (with1) requantize(*state1, &ElementResult::state1);
     if (with2) requantize(*state2, &ElementResult::state2);
+    if (with3) requantize(*state3, &ElementResult::state3);
     return report;
 }
 

@@ -34,29 +34,38 @@ namespace cudarc::optim::reference {
 
 // --- One element ----------------------------------------------------------------------------------
 struct ElementResult {
-    double param = 0.0;   // the new parameter (unclipped: scale 1)
+    double param = 0.0;   // the new parameter (unclipped: scale 1; LAMB's: lr and trust ratio 1)
     double state1 = 0.0;  // new states (unchanged when !applied)
     double state2 = 0.0;
+    double state3 = 0.0;   // AdEMAMix's slow EMA
     double update = 0.0;   // the amount subtracted after decoupled decay: param * decay - update
     bool applied = false;  // false: grad / grad_scale was not finite; nothing changed
 };
 
 // One element's step. `grad` is the stored (loss-scaled) gradient. The finiteness test is the
-// kernel's, in float: float(grad) * inv_grad_scale must be finite.
+// kernel's, in float: float(grad) * inv_grad_scale must be finite. LAMB's `update` is its direction (the
+// bias-corrected Adam ratio plus weight decay), which the tensor's lr times trust ratio scales; LARS'
+// momentum takes `factor`, its lr times trust ratio (step() computes both from the tensor's norms).
 [[nodiscard]] ElementResult update_element(UpdateRule rule, const abi::KernelParams& params, double param,
-                                           double grad, double state1, double state2) noexcept;
+                                           double grad, double state1, double state2, double state3 = 0.0,
+                                           double factor = 1.0) noexcept;
 
 // --- Whole tensors ----------------------------------------------------------------------------------
 struct StepReport {
     bool nonfinite = false;     // some element's scaled gradient was NaN or infinite
     double update_norm = 0.0;   // sqrt(sum of update^2) over the applied elements, before clipping
     double update_scale = 1.0;  // min(1, max_unorm / update_norm) when max_unorm > 0, else 1
+    // LAMB and LARS: the tensor's lr times trust ratio (docs/optimizers.md, "Trust ratios"), from the norm
+    // of the parameter (all elements) and of LAMB's direction or LARS' unscaled gradient (applied elements).
+    double trust_scale = 0.0;
 };
 
 // One step with fp32 state, in place. Arrays a rule does not use (detail::state_arrays) may be
-// empty; used ones must have param.size() elements (else cudarc::Error, nothing changed).
+// empty; used ones must have param.size() elements (else cudarc::Error, nothing changed). state3 is
+// AdEMAMix's slow EMA.
 StepReport step(UpdateRule rule, const abi::KernelParams& params, std::span<double> param,
-                std::span<const double> grad, std::span<double> state1, std::span<double> state2);
+                std::span<const double> grad, std::span<double> state1, std::span<double> state2,
+                std::span<double> state3 = {});
 
 // 8-bit blockwise state in the kernels' storage format, plus what the last step computed before
 // rounding (for telling a midpoint tie from a real disagreement).
@@ -79,7 +88,8 @@ struct QuantizedState {
 // values included), parameters from the unquantized new state, codes = nearest code (double search)
 // of new state / absmax. Unused states may be null; used ones must match param's size.
 StepReport step_8bit(UpdateRule rule, const abi::KernelParams& params, std::span<double> param,
-                     std::span<const double> grad, QuantizedState* state1, QuantizedState* state2);
+                     std::span<const double> grad, QuantizedState* state1, QuantizedState* state2,
+                     QuantizedState* state3 = nullptr);
 
 // The nearest code to `normalized` in double, by the kernels' rule (binary search for the last
 // code <= x, upper neighbour if strictly nearer, ties to the lower code).

@@ -1,0 +1,46 @@
+# A parent project that add_subdirectory()s cudarc without choosing a build type must keep none, get no
+# cudarc install rules, tests, tools or examples by default, and still have cudarc::cudarc to link.
+# Inputs: SOURCE_DIR, WORK_DIR, GENERATOR, CXX, PREFIX_PATH. Configures only.
+file(REMOVE_RECURSE ${WORK_DIR})
+file(WRITE ${WORK_DIR}/parent/CMakeLists.txt [=[
+cmake_minimum_required(VERSION 3.25)
+project(parent LANGUAGES CXX)
+add_subdirectory(${CUDARC_SOURCE} cudarc)
+if(CMAKE_BUILD_TYPE)
+    message(FATAL_ERROR "cudarc set the parent's CMAKE_BUILD_TYPE to '${CMAKE_BUILD_TYPE}'")
+endif()
+get_property(cached_type CACHE CMAKE_BUILD_TYPE PROPERTY VALUE)
+if(cached_type)
+    message(FATAL_ERROR "cudarc cached CMAKE_BUILD_TYPE '${cached_type}'")
+endif()
+get_property(shared_type CACHE BUILD_SHARED_LIBS PROPERTY TYPE)
+if(shared_type)
+    message(FATAL_ERROR "cudarc put BUILD_SHARED_LIBS in the parent's cache")
+endif()
+foreach(option IN ITEMS CUDARC_INSTALL CUDARC_BUILD_TESTS CUDARC_BUILD_TOOLS CUDARC_BUILD_EXAMPLES)
+    if(${option})
+        message(FATAL_ERROR "${option} is on by default under a parent project")
+    endif()
+endforeach()
+if(NOT TARGET cudarc::cudarc)
+    message(FATAL_ERROR "no cudarc::cudarc target")
+endif()
+add_executable(app app.cpp)
+target_link_libraries(app PRIVATE cudarc::cudarc)
+]=])
+file(WRITE ${WORK_DIR}/parent/app.cpp "#include <cudarc/cudarc.hpp>\nint main() { return cudarc::version().major; }\n")
+execute_process(COMMAND ${CMAKE_COMMAND} -S ${WORK_DIR}/parent -B ${WORK_DIR}/build -G ${GENERATOR}
+                        -DCUDARC_SOURCE=${SOURCE_DIR} -DCMAKE_CXX_COMPILER=${CXX} "-DCMAKE_PREFIX_PATH=${PREFIX_PATH}"
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+message(STATUS "configuring the parent: exit ${rc}\n${out}${err}")
+if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "configuring a parent project that add_subdirectory()s cudarc failed")
+endif()
+# No install rules from cudarc: installing the (unbuilt) parent installs nothing.
+execute_process(COMMAND ${CMAKE_COMMAND} --install ${WORK_DIR}/build --prefix ${WORK_DIR}/prefix
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+message(STATUS "installing the parent: exit ${rc}\n${out}${err}")
+file(GLOB_RECURSE installed ${WORK_DIR}/prefix/*)
+if(NOT rc EQUAL 0 OR installed)
+    message(FATAL_ERROR "cudarc installed files under a parent project: ${installed}")
+endif()
