@@ -56,6 +56,12 @@ inline constexpr int kStreamCaptureStatusActive = 1;     // CU_STREAM_CAPTURE_ST
 inline constexpr int kPointerAttributeMemoryType = 2;    // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
 inline constexpr unsigned kMemoryTypeHost = 1;           // CU_MEMORYTYPE_HOST
 
+// CUmemPool_attribute values read with cuMemPoolGetAttribute (each a 64-bit unsigned value).
+inline constexpr int kMemPoolAttrReservedMemCurrent = 5;  // CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT
+inline constexpr int kMemPoolAttrReservedMemHigh = 6;     // CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH
+inline constexpr int kMemPoolAttrUsedMemCurrent = 7;      // CU_MEMPOOL_ATTR_USED_MEM_CURRENT
+inline constexpr int kMemPoolAttrUsedMemHigh = 8;         // CU_MEMPOOL_ATTR_USED_MEM_HIGH
+
 // CUdevice_attribute values the library reads.
 namespace attr {
 inline constexpr int kMaxThreadsPerBlock = 1;
@@ -177,6 +183,7 @@ struct DriverApi {
     Result (*device_get_default_mem_pool)(MemoryPool* pool, Device device) = nullptr;
     Result (*mem_pool_set_attribute)(MemoryPool pool, int attribute, void* value) = nullptr;
     Result (*mem_pool_trim_to)(MemoryPool pool, std::size_t min_bytes_to_keep) = nullptr;
+    Result (*mem_pool_get_attribute)(MemoryPool pool, int attribute, void* value) = nullptr;
     Result (*mem_alloc_managed)(DevicePtr* ptr, std::size_t bytes, unsigned flags) = nullptr;
     Result (*mem_prefetch_async)(DevicePtr ptr, std::size_t bytes, Device device, Stream stream) = nullptr;
     Result (*mem_host_alloc)(void** ptr, std::size_t bytes, unsigned flags) = nullptr;
