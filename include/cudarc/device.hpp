@@ -109,6 +109,10 @@ class Device {
     // An error a destructor swallowed on this device since the last call, rethrown once. Destructors never
     // throw; this lets a caller check after the fact.
     void rethrow_deferred_error() const;
+    // True once a sticky error (an illegal memory access in a kernel, a launch timeout) has made the
+    // device's context unusable: every call on it then throws cudarc::DeviceLost, and only a new process
+    // can use the GPU again.
+    [[nodiscard]] bool lost() const noexcept;
 
     // Internal: the shared state (for the library's own templates and tests).
     [[nodiscard]] const std::shared_ptr<detail::DeviceState>& state() const noexcept { return state_; }

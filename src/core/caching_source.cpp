@@ -19,8 +19,14 @@ class CachingSource final : public CachingResource {
         : device_(device), allocator_(make_backend(device), config) {}
 
     MemoryBlock allocate(std::size_t bytes, StreamState& stream) override {
-        const alloc::Allocation allocation = allocator_.allocate(bytes, key_of(stream.handle()));
-        return {allocation.ptr, allocation.block};
+        // Note: no block, not even a cached one, from a lost device (Note [Lost devices]).
+        if (device_.lost()) device_.throw_lost();
+        try {
+            const alloc::Allocation allocation = allocator_.allocate(bytes, key_of(stream.handle()));
+            return {allocation.ptr, allocation.block};
+        } catch (...) {
+            device_.rethrow_current();
+        }
     }
 
     void deallocate(const MemoryBlock& block, std::size_t bytes, StreamState& home,
@@ -68,7 +74,7 @@ class CachingSource final : public CachingResource {
         hooks.owner = &device;
         hooks.record_event = [](void* owner, alloc::StreamKey stream) -> alloc::EventHandle {
             auto& d = *static_cast<DeviceState*>(owner);
-            d.bind();
+            const auto scope = d.bind();
             return d.record_event(reinterpret_cast<sys::Stream>(stream));
         };
         hooks.release_event = [](void* owner, alloc::EventHandle event) noexcept {

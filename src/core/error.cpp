@@ -28,6 +28,28 @@ Error::Error(std::string api, int result, std::string result_name, std::string r
       device_(device),
       backend_(backend) {}
 
+Error::Error(std::string message, const Error& details)
+    : std::runtime_error(message),
+      api_(details.api_),
+      result_(details.result_),
+      result_name_(details.result_name_),
+      device_(details.device_),
+      backend_(details.backend_) {}
+
+OutOfMemory::OutOfMemory(std::string message, const Error& cause, const Figures& figures)
+    : Error(std::move(message), cause), figures_(figures) {}
+
+OutOfMemory::OutOfMemory(std::string message, const Error& cause)
+    : OutOfMemory(std::move(message), cause, Figures{}) {}
+
+DeviceLost::DeviceLost(const Error& cause)
+    : Error(fmt::format(
+                "cudarc: {} device {} is lost: {}. After such a sticky error the driver refuses all "
+                "further work on the device: every later call on it fails, and the process must restart "
+                "to use the GPU again",
+                to_string(cause.backend()), cause.device(), cause.what()),
+            cause) {}
+
 OutOfMemory::OutOfMemory(int device, const Figures& f, Backend backend)
     : Error(
           fmt::format("cudarc: out of memory on device {}: requested {} bytes; the allocator holds {} bytes "

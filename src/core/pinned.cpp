@@ -11,7 +11,7 @@ namespace cudarc::detail {
 
 PinnedAllocation::PinnedAllocation(const Device& device, std::size_t bytes) : device_(device.state()) {
     if (bytes == 0) return;
-    device_->bind();
+    const auto scope = device_->bind();
     const sys::Result r = device_->api().mem_host_alloc(&data_, bytes, sys::kMemHostAllocPortable);
     if (r == sys::kErrorOutOfMemory) {
         throw Error(fmt::format("cudarc: PinnedBuffer: cannot page-lock {} bytes of host memory", bytes));
@@ -40,10 +40,12 @@ PinnedAllocation::~PinnedAllocation() {
 
 void PinnedAllocation::release() noexcept {
     if (!device_) return;
+    const auto scope = device_->bind_or_defer();
     try {
         synchronize();
     } catch (const Error& error) {
         device_->defer(error);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory while describing the failure
     }
     if (data_ != nullptr) device_->defer(device_->api().mem_free_host(data_), "cuMemFreeHost");
     data_ = nullptr;
@@ -62,7 +64,7 @@ void PinnedAllocation::copy_from_device_async(Stream& stream, void* dst, Buffer&
                                               std::size_t bytes) {
     if (bytes == 0) return;
     prepare_access(stream, src, Access::read);
-    device_->bind();
+    const auto scope = device_->bind();
     device_->check(device_->api().memcpy_dtoh_async(dst, src_ptr, bytes, stream.native()),
                    "cuMemcpyDtoHAsync");
     note_copy(stream);
@@ -72,7 +74,7 @@ void PinnedAllocation::copy_to_device_async(Stream& stream, Buffer& dst, DeviceP
                                             std::size_t bytes) {
     if (bytes == 0) return;
     prepare_access(stream, dst, Access::write);
-    device_->bind();
+    const auto scope = device_->bind();
     device_->check(device_->api().memcpy_htod_async(dst_ptr, src, bytes, stream.native()),
                    "cuMemcpyHtoDAsync");
     note_copy(stream);
@@ -80,7 +82,7 @@ void PinnedAllocation::copy_to_device_async(Stream& stream, Buffer& dst, DeviceP
 
 void PinnedAllocation::synchronize() {
     if (last_copy_ == nullptr) return;
-    device_->bind();
+    const auto scope = device_->bind();
     device_->check(device_->api().event_synchronize(last_copy_), "cuEventSynchronize");
     AtomicCounters::bump(device_->counters().event_synchronizes);
     device_->events().release(last_copy_);
@@ -89,7 +91,7 @@ void PinnedAllocation::synchronize() {
 
 bool PinnedAllocation::ready() const {
     if (last_copy_ == nullptr) return true;
-    device_->bind();
+    const auto scope = device_->bind();
     const sys::Result r = device_->api().event_query(last_copy_);
     if (r == sys::kErrorNotReady) return false;
     device_->check(r, "cuEventQuery");

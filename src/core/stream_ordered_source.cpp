@@ -28,6 +28,7 @@ class StreamOrderedSource final : public MemoryResource {
     }
 
     MemoryBlock allocate(std::size_t bytes, StreamState& stream) override {
+        if (device_.lost()) device_.throw_lost();
         const sys::DriverApi& api = device_.api();
         DevicePtr ptr = 0;
         const sys::Result r =
@@ -42,7 +43,7 @@ class StreamOrderedSource final : public MemoryResource {
                     std::vector<StreamUse> uses) noexcept override {
         const sys::DriverApi& api = device_.api();
         try {
-            device_.bind();
+            const auto scope = device_.bind();
             if (pooled_) {
                 // Free on the home stream once it has waited for every other stream's use.
                 StreamState& freer = home.alive() ? home : *device_.default_stream_state();

@@ -52,7 +52,7 @@ bool is_capturing(Stream& stream) {
     DeviceState& device = stream.state().device();
     const sys::DriverApi& api = device.api();
     if (api.stream_is_capturing == nullptr) return false;
-    device.bind();
+    const auto scope = device.bind();
     int status = sys::kStreamCaptureStatusNone;
     device.check(api.stream_is_capturing(stream.native(), &status), "cuStreamIsCapturing");
     return status != sys::kStreamCaptureStatusNone;
@@ -307,7 +307,7 @@ void OptimizerState::step_tensor(Stream* stream, LaunchPath path, GroupId id, st
                blocks_done);
     } else {
         // The pattern cudarc replaces: the legacy NULL stream, then a device-wide synchronize.
-        device_state.bind();
+        const auto scope = device_state.bind();
         const sys::DriverApi& api = device_state.api();
         g.arena.prefetch_raw(sys::legacy_stream(), t.begin, t.end - t.begin);
         abi::TensorDesc desc_arg = desc;

@@ -25,7 +25,7 @@ StateArena::StateArena(Stream& stream, std::size_t bytes, bool managed) : bytes_
         return;
     }
     DeviceState& device = stream.state().device();
-    device.bind();
+    const auto scope = device.bind();
     const sys::DriverApi& api = device.api();
     DevicePtr ptr = 0;
     const sys::Result result = api.mem_alloc_managed(&ptr, bytes, sys::kMemAttachGlobal);
@@ -73,7 +73,7 @@ StateArena::~StateArena() {
 void StateArena::release() noexcept {
     if (managed_ == 0) return;
     DeviceState& device = *device_state_;
-    device.bind();
+    const auto scope = device.bind_or_defer();
     const sys::DriverApi& api = device.api();
     // Note: managed memory has no stream-ordered free; the kernels that use it must be done first.
     if (last_use_) {
@@ -84,6 +84,7 @@ void StateArena::release() noexcept {
             device.events().release(done);
         } catch (const Error& error) {
             device.defer(error);
+        } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory while describing the failure
         }
     }
     device.defer(api.mem_free(managed_), "cuMemFree");
@@ -115,7 +116,7 @@ void StateArena::prepare(Stream& stream) {
 void StateArena::prefetch(Stream& stream, std::size_t offset, std::size_t bytes) {
     if (managed_ == 0 || bytes == 0) return;
     DeviceState& device = *device_state_;
-    device.bind();
+    const auto scope = device.bind();
     const sys::DriverApi& api = device.api();
     if (api.stream_is_capturing != nullptr) {
         int status = sys::kStreamCaptureStatusNone;
@@ -129,7 +130,7 @@ void StateArena::prefetch(Stream& stream, std::size_t offset, std::size_t bytes)
 void StateArena::prefetch_raw(sys::Stream stream, std::size_t offset, std::size_t bytes) {
     if (managed_ == 0 || bytes == 0) return;
     DeviceState& device = *device_state_;
-    device.bind();
+    const auto scope = device.bind();
     device.check(device.api().mem_prefetch_async(managed_ + offset, bytes, device.device(), stream),
                  "cuMemPrefetchAsync");
 }
@@ -142,7 +143,7 @@ void StateArena::copy_to_host(Stream& stream, std::size_t offset, void* dst, std
     }
     prepare(stream);
     DeviceState& device = *device_state_;
-    device.bind();
+    const auto scope = device.bind();
     device.check(device.api().memcpy_dtoh_async(dst, managed_ + offset, bytes, stream.native()),
                  "cuMemcpyDtoHAsync");
     // Note: an explicit synchronize, since whether a copy from managed memory to pageable memory returns
@@ -158,7 +159,7 @@ void StateArena::copy_from_host(Stream& stream, std::size_t offset, const void* 
     }
     prepare(stream);
     DeviceState& device = *device_state_;
-    device.bind();
+    const auto scope = device.bind();
     device.check(device.api().memcpy_htod_async(managed_ + offset, src, bytes, stream.native()),
                  "cuMemcpyHtoDAsync");
 }
@@ -171,7 +172,7 @@ void StateArena::zero(Stream& stream, std::size_t offset, std::size_t bytes) {
     }
     prepare(stream);
     DeviceState& device = *device_state_;
-    device.bind();
+    const auto scope = device.bind();
     device.check(device.api().memset_d8_async(managed_ + offset, 0, bytes, stream.native()),
                  "cuMemsetD8Async");
 }

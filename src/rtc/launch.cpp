@@ -112,7 +112,7 @@ sys::Result launch_with_attributes(const sys::DriverApi& api, const LaunchConfig
         }
     }
     const char* call = config.has_attributes() ? "cuLaunchKernelEx" : "cuLaunchKernel";
-    throw driver_error(device, fmt::format("{} (kernel '{}', {})", call, function.name(), describe(config)),
+    throw_driver_error(device, fmt::format("{} (kernel '{}', {})", call, function.name(), describe(config)),
                        result);
 }
 
@@ -159,7 +159,7 @@ void launch_packed(const Stream& stream, const LaunchConfig& config, const Funct
     for (std::size_t i = 0; i < access_count; ++i)
         prepare_access(stream, *accesses[i].buffer, accesses[i].access);
 
-    device.bind();
+    const auto scope = device.bind();
     const sys::DriverApi& api = device.api();
     sys::Result result = sys::kSuccess;
     if (!config.has_attributes()) [[likely]] {

@@ -27,6 +27,14 @@ inline constexpr Result kErrorNotReady = 600;
 inline constexpr Result kErrorNotSupported = 801;
 inline constexpr Result kErrorStreamCaptureUnsupported = 900;
 
+// Errors after which the context is unusable and every later call fails the same way (the driver's
+// documentation: "the process must be terminated and relaunched"): an illegal address (700), a launch
+// timeout (702), a hardware stack error, an illegal instruction, a misaligned address, an invalid address
+// space or program counter (714-718), a launch failure (719). HIP uses the same numbers for them.
+[[nodiscard]] constexpr bool is_sticky_error(Result result) noexcept {
+    return result == 700 || result == 702 || (result >= 714 && result <= 719);
+}
+
 using Device = int;
 using Context = ::CUctx_st*;
 using Stream = ::CUstream_st*;

@@ -208,7 +208,7 @@ void OptimizerBench::time_round(VariantRun<T>& run, Variant variant, int iterati
     Event stop(device_, EventTiming::enabled);
     auto record = [&](Event& event) {
         if (variant == Variant::legacy) {
-            state.bind();
+            const auto scope = state.bind();
             state.check(api.event_record(event.native(), sys::legacy_stream()), "cuEventRecord");
         } else {
             event.record(stream_);
