@@ -43,6 +43,7 @@ class PinnedAllocation {
     std::shared_ptr<DeviceState> device_;
     void* data_ = nullptr;
     NativeEvent last_copy_ = nullptr;  // pooled; recorded after each async copy
+    bool untracked_copy_ = false;  // a copy neither an event nor a host wait covers: never free the memory
 };
 }  // namespace detail
 

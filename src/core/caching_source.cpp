@@ -36,13 +36,14 @@ class CachingSource final : public CachingResource {
             // Note: the hot path: same-stream reuse needs no event and no list.
             try {
                 allocator_.free(allocation);
-            } catch (const Error& error) {
-                device_.defer(error);
             } catch (...) {
+                defer_current();
+                free_after_host_wait(allocation);
             }
             return;
         }
         std::vector<alloc::PendingUse> pending;
+        bool freed = false;
         try {
             pending.reserve(uses.size() + 1);
             for (StreamUse& use : uses) {
@@ -57,18 +58,54 @@ class CachingSource final : public CachingResource {
                 pending.push_back({key_of(home.handle()), home.mark()});
             allocator_.free(allocation, pending);
             pending.clear();  // ownership of the events passed to the allocator
-        } catch (const Error& error) {
-            device_.defer(error);
+            freed = true;
         } catch (...) {
+            defer_current();
         }
         for (const auto& use : pending) device_.events().release(use.event);
         for (StreamUse& use : uses) device_.events().release(use.event);
+        if (!freed) free_after_host_wait(allocation);
     }
 
     void empty_cache() override { allocator_.empty_cache(); }
     alloc::CachingAllocator& allocator() noexcept override { return allocator_; }
 
   private:
+    // Records the exception being handled for Device::rethrow_deferred_error.
+    void defer_current() const noexcept {
+        try {
+            throw;
+        } catch (const Error& error) {
+            device_.defer(error);
+        } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory while describing the failure
+        }
+    }
+
+    // Note [Free after a failed record]
+    // A block used on other streams goes back to the pool gated by an event per use. When one of those
+    // events cannot be recorded (or the allocator cannot take the free), the block is neither freed nor
+    // pending, and would leak. Instead, wait on the host for the whole device (cuCtxSynchronize, counted):
+    // then every use has completed and the block is free at once. If even that fails the block stays out of
+    // reach (a leak, with the error deferred) rather than be reused under work that may still run, unless
+    // the device is lost, where nothing runs and nothing is handed out any more.
+    void free_after_host_wait(const alloc::Allocation& allocation) noexcept {
+        try {
+            const auto scope = device_.bind();
+            device_.check(device_.api().ctx_synchronize(), "cuCtxSynchronize");
+            AtomicCounters::bump(device_.counters().context_synchronizes);
+        } catch (const Error& error) {
+            device_.defer(error);
+            if (!device_.lost()) return;
+        } catch (...) {
+            return;
+        }
+        try {
+            allocator_.free_completed(allocation);
+        } catch (...) {
+            defer_current();
+        }
+    }
+
     static std::unique_ptr<alloc::AllocatorBackend> make_backend(DeviceState& device) {
         alloc::DriverBackendHooks hooks;
         hooks.owner = &device;

@@ -22,7 +22,8 @@ PinnedAllocation::PinnedAllocation(const Device& device, std::size_t bytes) : de
 PinnedAllocation::PinnedAllocation(PinnedAllocation&& other) noexcept
     : device_(std::move(other.device_)),
       data_(std::exchange(other.data_, nullptr)),
-      last_copy_(std::exchange(other.last_copy_, nullptr)) {}
+      last_copy_(std::exchange(other.last_copy_, nullptr)),
+      untracked_copy_(std::exchange(other.untracked_copy_, false)) {}
 
 PinnedAllocation& PinnedAllocation::operator=(PinnedAllocation&& other) noexcept {
     if (this != &other) {
@@ -30,6 +31,7 @@ PinnedAllocation& PinnedAllocation::operator=(PinnedAllocation&& other) noexcept
         device_ = std::move(other.device_);
         data_ = std::exchange(other.data_, nullptr);
         last_copy_ = std::exchange(other.last_copy_, nullptr);
+        untracked_copy_ = std::exchange(other.untracked_copy_, false);
     }
     return *this;
 }
@@ -47,17 +49,34 @@ void PinnedAllocation::release() noexcept {
         device_->defer(error);
     } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory while describing the failure
     }
-    if (data_ != nullptr) device_->defer(device_->api().mem_free_host(data_), "cuMemFreeHost");
+    // Note: memory a copy may still be transferring into is leaked rather than freed under the DMA engine
+    // (the error that caused it is deferred); on a lost device nothing transfers any more.
+    if (data_ != nullptr && (!untracked_copy_ || device_->lost()))
+        device_->defer(device_->api().mem_free_host(data_), "cuMemFreeHost");
     data_ = nullptr;
+    untracked_copy_ = false;
     device_.reset();
 }
 
+// Records the event that the destructor and synchronize() wait for. Note: the new event is recorded before
+// the previous one is given up, so a failing record never leaves a queued copy untracked: the copy is then
+// waited for on the host (counted) before the error is thrown, and if even that fails the memory is never
+// freed (see release()).
 void PinnedAllocation::note_copy(Stream& stream) {
-    if (last_copy_ != nullptr) {
-        device_->events().release(last_copy_);
-        last_copy_ = nullptr;
+    sys::Event event = nullptr;
+    try {
+        event = device_->record_event(stream.native());
+    } catch (...) {
+        const sys::Result waited = device_->api().stream_synchronize(stream.native());
+        if (waited == sys::kSuccess) {
+            AtomicCounters::bump(device_->counters().stream_synchronizes);
+        } else {
+            untracked_copy_ = true;
+        }
+        device_->rethrow_current();
     }
-    last_copy_ = device_->record_event(stream.native());
+    if (last_copy_ != nullptr) device_->events().release(last_copy_);
+    last_copy_ = event;
 }
 
 void PinnedAllocation::copy_from_device_async(Stream& stream, void* dst, Buffer& src, DevicePtr src_ptr,
