@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace cudarc {
 
@@ -58,7 +59,9 @@ class OutOfMemory : public Error {
         std::size_t device_free = 0;
         std::size_t device_total = 0;
     };
-    OutOfMemory(int device, const Figures& figures, Backend backend = Backend::cuda);
+    // `holder` names what holds the reserved and allocated bytes (default: "the allocator").
+    OutOfMemory(int device, const Figures& figures, Backend backend = Backend::cuda,
+                std::string_view holder = "the allocator");
     // A driver call that ran out of memory (`cause` names it and its result), explained by `message`.
     OutOfMemory(std::string message, const Error& cause, const Figures& figures);
     OutOfMemory(std::string message, const Error& cause);

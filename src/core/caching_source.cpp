@@ -68,6 +68,8 @@ class CachingSource final : public CachingResource {
     }
 
     void empty_cache() override { allocator_.empty_cache(); }
+    AllocatorStats stats() const override { return allocator_.stats(); }
+    void reset_peak() override { allocator_.reset_peak(); }
     alloc::CachingAllocator& allocator() noexcept override { return allocator_; }
 
   private:

@@ -350,8 +350,7 @@ alloc::CachingAllocator* caching_allocator(detail::DeviceState& state) {
 }  // namespace
 
 AllocatorStats Device::allocator_stats() const {
-    auto* allocator = caching_allocator(*state_);
-    return allocator != nullptr ? allocator->stats() : AllocatorStats{};
+    return state_->memory().stats();
 }
 
 AllocatorSnapshot Device::allocator_snapshot() const {
@@ -360,7 +359,7 @@ AllocatorSnapshot Device::allocator_snapshot() const {
 }
 
 void Device::reset_peak_memory() const {
-    if (auto* allocator = caching_allocator(*state_)) allocator->reset_peak();
+    state_->memory().reset_peak();
 }
 
 void Device::empty_cache() const {

@@ -50,12 +50,12 @@ DeviceLost::DeviceLost(const Error& cause)
                 to_string(cause.backend()), cause.device(), cause.what()),
             cause) {}
 
-OutOfMemory::OutOfMemory(int device, const Figures& f, Backend backend)
+OutOfMemory::OutOfMemory(int device, const Figures& f, Backend backend, std::string_view holder)
     : Error(
-          fmt::format("cudarc: out of memory on device {}: requested {} bytes; the allocator holds {} bytes "
+          fmt::format("cudarc: out of memory on device {}: requested {} bytes; {} holds {} bytes "
                       "reserved, {} allocated; the device has {} of {} bytes free. Hint: free tensors you no "
                       "longer need, call empty_cache() to return cached blocks, or lower the batch size.",
-                      device, f.requested, f.reserved, f.allocated, f.device_free, f.device_total),
+                      device, f.requested, holder, f.reserved, f.allocated, f.device_free, f.device_total),
           device, backend),
       figures_(f) {}
 

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "cudarc/allocator.hpp"
 #include "cudarc/detail/buffer.hpp"
 #include "sys/driver_api.hpp"
 
@@ -27,6 +28,10 @@ class MemoryResource {
                             std::vector<StreamUse> uses) noexcept = 0;
     // Frees cached memory (no-op for sources that cache nothing).
     virtual void empty_cache() {}
+    // What Device::allocator_stats reports (zeros for sources that keep no figures).
+    [[nodiscard]] virtual AllocatorStats stats() const { return {}; }
+    // Restarts the peak figures from the current ones.
+    virtual void reset_peak() {}
 };
 
 }  // namespace cudarc::detail
