@@ -56,7 +56,7 @@ class PinnedBuffer {
   public:
     PinnedBuffer() = default;
     PinnedBuffer(const Device& device, std::size_t count)
-        : allocation_(device, count * sizeof(T)), size_(count) {}
+        : allocation_(device, detail::checked_bytes("PinnedBuffer", count, sizeof(T))), size_(count) {}
 
     [[nodiscard]] std::size_t size() const noexcept { return size_; }
     [[nodiscard]] T* data() noexcept { return static_cast<T*>(allocation_.data()); }
@@ -70,13 +70,17 @@ class PinnedBuffer {
     void copy_from_device_async(Stream& stream, DeviceView<const T> src) {
         if (src.size() != size_)
             detail::throw_size_mismatch("PinnedBuffer::copy_from_device_async", size_, src.size());
-        allocation_.copy_from_device_async(stream, data(), src.buffer(), src.device_ptr(), src.bytes());
+        allocation_.copy_from_device_async(
+            stream, data(), src.buffer(), src.device_ptr(),
+            detail::checked_bytes("PinnedBuffer::copy_from_device_async", src.size(), sizeof(T)));
     }
     // This buffer to the device, asynchronous. Do not modify the buffer until synchronize() returns.
     void copy_to_device_async(Stream& stream, DeviceView<T> dst) {
         if (dst.size() != size_)
             detail::throw_size_mismatch("PinnedBuffer::copy_to_device_async", dst.size(), size_);
-        allocation_.copy_to_device_async(stream, dst.buffer(), dst.device_ptr(), data(), dst.bytes());
+        allocation_.copy_to_device_async(
+            stream, dst.buffer(), dst.device_ptr(), data(),
+            detail::checked_bytes("PinnedBuffer::copy_to_device_async", dst.size(), sizeof(T)));
     }
     void synchronize() { allocation_.synchronize(); }
     [[nodiscard]] bool ready() const { return allocation_.ready(); }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cudarc/detail/buffer.hpp"
+#include "cudarc/detail/checked_size.hpp"
 #include "cudarc/stream.hpp"
 
 namespace cudarc {
@@ -72,7 +73,9 @@ class DeviceSlice {
 
     // `count` elements with unspecified contents, allocated on `stream`.
     [[nodiscard]] static DeviceSlice uninitialized(Stream& stream, std::size_t count) {
-        return DeviceSlice(detail::Buffer(stream, count * sizeof(T)), count);
+        return DeviceSlice(
+            detail::Buffer(stream, detail::checked_bytes("DeviceSlice::uninitialized", count, sizeof(T))),
+            count);
     }
     // `count` zero-filled elements.
     [[nodiscard]] static DeviceSlice zeros(Stream& stream, std::size_t count) {

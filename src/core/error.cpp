@@ -2,9 +2,19 @@
 
 #include <fmt/format.h>
 
+#include <limits>
 #include <utility>
 
+#include "cudarc/detail/checked_size.hpp"
+
 namespace cudarc {
+
+namespace detail {
+void throw_size_overflow(const char* what, std::size_t count, std::size_t element_bytes) {
+    throw Error(fmt::format("cudarc: {}: {} elements of {} bytes are more than {} bytes: the size overflows",
+                            what, count, element_bytes, std::numeric_limits<std::size_t>::max()));
+}
+}  // namespace detail
 
 const char* to_string(Backend backend) noexcept {
     return backend == Backend::hip ? "HIP" : "CUDA";

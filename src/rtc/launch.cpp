@@ -224,7 +224,9 @@ LaunchConfig LaunchConfig::for_elements(std::size_t n, DeviceShape shape, unsign
         blocks_per_sm != 0 ? blocks_per_sm : std::max(1u, shape.max_threads_per_multiprocessor / block_size);
     const unsigned long long resident =
         static_cast<unsigned long long>(shape.multiprocessors) * per_multiprocessor;
-    const unsigned long long needed = std::max<unsigned long long>(1, (n + block_size - 1) / block_size);
+    // Note: n / block rounded up without forming n + block - 1, which wraps for n near SIZE_MAX.
+    const unsigned long long needed =
+        std::max<unsigned long long>(1, n / block_size + (n % block_size != 0 ? 1 : 0));
     const auto blocks = static_cast<unsigned>(std::min({needed, resident, 0x7fffffffull}));
     return LaunchConfig{Dim3(blocks), Dim3(block_size)};
 }
