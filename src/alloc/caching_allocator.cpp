@@ -572,7 +572,10 @@ CachingAllocator::Capture* CachingAllocator::underway_capture_on(StreamKey strea
 CaptureId CachingAllocator::notify_capture_begin(StreamKey stream) {
     std::lock_guard lock(mutex_);
     if (underway_capture_on(stream) != nullptr) {
-        throw Error(fmt::format("cudarc: stream {:#x} is already being captured", stream));
+        throw Error(fmt::format(
+            "cudarc: stream {:#x} is already being captured: end the capture under way first (let its "
+            "cudarc::capture body return), or capture on another stream (stream.fork() gives one)",
+            stream));
     }
     auto capture = std::make_unique<Capture>();
     capture->id = next_capture_id_;

@@ -24,7 +24,11 @@ std::unique_ptr<MemoryResource> make_memory_source(DeviceState& device, const De
         case cudarc::MemorySource::caching_allocator:
             return make_caching_source(device, options.allocator);
     }
-    throw Error("cudarc: unknown MemorySource value");
+    throw Error(fmt::format(
+        "cudarc: DeviceOptions::memory_source is {}, which is not a MemorySource value: use "
+        "MemorySource::caching_allocator ({}) or MemorySource::stream_ordered ({})",
+        static_cast<int>(options.memory_source), static_cast<int>(cudarc::MemorySource::caching_allocator),
+        static_cast<int>(cudarc::MemorySource::stream_ordered)));
 }
 }  // namespace
 

@@ -14,7 +14,17 @@ PinnedAllocation::PinnedAllocation(const Device& device, std::size_t bytes) : de
     const auto scope = device_->bind();
     const sys::Result r = device_->api().mem_host_alloc(&data_, bytes, sys::kMemHostAllocPortable);
     if (r == sys::kErrorOutOfMemory) {
-        throw Error(fmt::format("cudarc: PinnedBuffer: cannot page-lock {} bytes of host memory", bytes));
+        const Error cause = sys::make_error(device_->api(), "cuMemHostAlloc", r, device_->ordinal());
+        OutOfMemory::Figures figures;
+        figures.requested = bytes;
+        throw OutOfMemory(
+            fmt::format(
+                "cudarc: PinnedBuffer: cannot page-lock {} bytes of host memory ({}). Page-locked memory "
+                "is bounded by the host's RAM and by the memlock limit (`ulimit -l`; "
+                "/etc/security/limits.conf, or `--ulimit memlock=-1` for a container): use fewer or "
+                "smaller pinned buffers, or raise the limit",
+                bytes, cause.what()),
+            cause, figures);
     }
     device_->check(r, "cuMemHostAlloc");
 }

@@ -99,6 +99,25 @@ sys::Result launch_with_attributes(const sys::DriverApi& api, const LaunchConfig
                                        const Function& function, sys::Result result) {
     const sys::DriverApi& api = device.api();
     if (result == sys::kErrorInvalidValue && config.shared_mem_bytes > 0) {
+        // More than a block can have on this device at all: no call can allow it, so say what the maximum is.
+        int device_limit = 0;
+        int static_bytes = 0;
+        if (api.device_get_attribute(&device_limit, sys::attr::kMaxSharedMemoryPerBlockOptin,
+                                     device.device()) == sys::kSuccess &&
+            device_limit > 0 &&
+            api.func_get_attribute(&static_bytes, sys::func_attr::kSharedSizeBytes, function.native()) ==
+                sys::kSuccess &&
+            static_cast<unsigned long long>(config.shared_mem_bytes) +
+                    static_cast<unsigned>(std::max(static_bytes, 0)) >
+                static_cast<unsigned>(device_limit)) {
+            throw Error(fmt::format(
+                "cudarc::launch: kernel '{}' was launched with {} bytes of dynamic shared memory, but a "
+                "block on "
+                "device {} can have at most {} bytes of shared memory, and the kernel's static shared memory "
+                "takes {} of them: use at most {} bytes, or spread the work over more blocks",
+                function.name(), config.shared_mem_bytes, device.ordinal(), device_limit, static_bytes,
+                device_limit > static_bytes ? device_limit - static_bytes : 0));
+        }
         // The most common cause: more dynamic shared memory than the kernel was allowed.
         int allowed = 0;
         if (api.func_get_attribute(&allowed, sys::func_attr::kMaxDynamicSharedSizeBytes, function.native()) ==
