@@ -88,7 +88,9 @@ void begin_capture(Stream& stream) {
 Graph end_capture(Stream& stream) {
     DeviceState& device = stream.state().device();
     const sys::DriverApi& api = device.api();
-    const auto scope = device.bind();
+    // Note: the capture must end here whatever fails (the driver's capture mode, the allocator's record and
+    // this thread's mark), so a failure to bind is deferred rather than thrown before anything is undone.
+    const auto scope = device.bind_or_defer();
     sys::Graph graph = nullptr;
     const sys::Result ended =
         sys::require(api, api.stream_end_capture, "cuStreamEndCapture")(stream.native(), &graph);
@@ -112,6 +114,7 @@ Graph end_capture(Stream& stream) {
 void abandon_capture(Stream& stream) noexcept {
     DeviceState& device = stream.state().device();
     const sys::DriverApi& api = device.api();
+    const auto scope = device.bind_or_defer();
     sys::Graph graph = nullptr;
     if (api.stream_end_capture != nullptr &&
         api.stream_end_capture(stream.native(), &graph) == sys::kSuccess && graph != nullptr) {

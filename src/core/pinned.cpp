@@ -59,6 +59,18 @@ void PinnedAllocation::release() noexcept {
         device_->defer(error);
     } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory while describing the failure
     }
+    if (last_copy_ != nullptr) {
+        // The wait for the last copy failed: wait for the whole device instead before the memory goes.
+        const sys::Result waited = device_->api().ctx_synchronize();
+        if (waited == sys::kSuccess) {
+            AtomicCounters::bump(device_->counters().context_synchronizes);
+        } else {
+            device_->defer(waited, "cuCtxSynchronize");
+            untracked_copy_ = true;
+        }
+        device_->events().release(last_copy_);
+        last_copy_ = nullptr;
+    }
     // Note: memory a copy may still be transferring into is leaked rather than freed under the DMA engine
     // (the error that caused it is deferred); on a lost device nothing transfers any more.
     if (data_ != nullptr && (!untracked_copy_ || device_->lost()))
