@@ -132,7 +132,10 @@ void Buffer::release() noexcept {
         }
         device_->memory().deallocate(MemoryBlock{ptr_, allocation_}, bytes_, *home_, std::move(uses));
     } else {
-        for (StreamUse& use : hazards_.take_uses()) release_event(use);
+        try {
+            for (StreamUse& use : hazards_.take_uses()) release_event(use);
+        } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory gathering the uses; their events leak
+        }
     }
     ptr_ = 0;
     allocation_ = nullptr;

@@ -7,7 +7,7 @@
 //  - no leak: the allocator's live counts return to zero, and once the device is closed the fake driver
 //    holds nothing (but what a failed destroy call leaves, which the driver refused to free);
 //  - the fake saw no misuse (work on freed memory, page-locked memory freed under a copy).
-// CUDARC_FAULT_SCHEDULES sets the number of schedules (default 300); each failure prints its seed, which
+// CUDARC_FAULT_SCHEDULES sets the number of schedules (default 1000); each failure prints its seed, which
 // CUDARC_FAULT_SEED replays.
 #include <doctest/doctest.h>
 
@@ -39,7 +39,7 @@ int schedules_wanted() {
         const int value = std::atoi(text);
         if (value > 0) return value;
     }
-    return 300;
+    return 1000;
 }
 
 // What one run saw.
