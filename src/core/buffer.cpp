@@ -86,7 +86,7 @@ Buffer::Buffer(Stream& stream, std::size_t bytes)
       home_(stream.shared_state()),
       hazards_(stream.shared_state()) {
     if (bytes == 0) return;
-    const auto scope = device_->bind();
+    // Note: the memory source binds the context where it calls the driver (a cached block needs no call).
     const MemoryBlock block = device_->memory().allocate(bytes, stream.state());
     ptr_ = block.ptr;
     allocation_ = block.handle;

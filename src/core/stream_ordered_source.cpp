@@ -27,7 +27,7 @@ class StreamOrderedSource final : public MemoryResource {
     }
 
     MemoryBlock allocate(std::size_t bytes, StreamState& stream) override {
-        if (device_.lost()) device_.throw_lost();
+        const auto scope = device_.bind();  // throws DeviceLost for a lost device
         DevicePtr ptr = 0;
         sys::Result r = allocate_once(ptr, bytes, stream);
         if (r == sys::kErrorOutOfMemory && pooled()) {
