@@ -92,7 +92,8 @@ class CachingSource final : public CachingResource {
     // the device is lost, where nothing runs and nothing is handed out any more.
     void free_after_host_wait(const alloc::Allocation& allocation) noexcept {
         try {
-            // Note: a failure to bind is deferred, and the wait tried anyway (the context is usually current).
+            // Note: a failure to bind is deferred, and the wait tried anyway (the context is usually
+            // current).
             const auto scope = device_.bind_or_defer();
             device_.check(device_.api().ctx_synchronize(), "cuCtxSynchronize");
             AtomicCounters::bump(device_.counters().context_synchronizes);
