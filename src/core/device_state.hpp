@@ -126,7 +126,8 @@ class DeviceState : public std::enable_shared_from_this<DeviceState> {
     [[nodiscard]] Stream& default_stream() noexcept { return *default_stream_; }
     [[nodiscard]] const std::shared_ptr<StreamState>& default_stream_state() const noexcept;
 
-    // An event recorded on `stream` now (pooled; counted).
+    // An event recorded on `stream` now (pooled; counted). Note: the caller holds a context scope, as for
+    // wait_event (one scope covers a record and its wait; see Note [Context scope]).
     [[nodiscard]] sys::Event record_event(sys::Stream stream);
     // `waiter` waits for `event` (counted as a cross-stream wait).
     void wait_event(sys::Stream waiter, sys::Event event);
