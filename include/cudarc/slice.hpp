@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cudarc/detail/buffer.hpp"
+#include "cudarc/detail/checked_size.hpp"
 #include "cudarc/stream.hpp"
 
 namespace cudarc {
@@ -74,7 +75,9 @@ class DeviceSlice {
 
     // `count` elements with unspecified contents, allocated on `stream`.
     [[nodiscard]] static DeviceSlice uninitialized(Stream& stream, std::size_t count) {
-        return DeviceSlice(detail::Buffer(stream, count * sizeof(T)), count);
+        return DeviceSlice(
+            detail::Buffer(stream, detail::checked_bytes("DeviceSlice::uninitialized", count, sizeof(T))),
+            count);
     }
     // `count` zero-filled elements.
     [[nodiscard]] static DeviceSlice zeros(Stream& stream, std::size_t count) {
@@ -88,7 +91,9 @@ class DeviceSlice {
     // the device ahead of use. Freeing it waits on the host for its last uses, since managed memory has no
     // stream-ordered free. Throws cudarc::Error when the driver has no managed memory.
     [[nodiscard]] static DeviceSlice managed(Stream& stream, std::size_t count) {
-        return DeviceSlice(detail::Buffer::managed(stream, count * sizeof(T)), count);
+        return DeviceSlice(
+            detail::Buffer::managed(stream, detail::checked_bytes("DeviceSlice::managed", count, sizeof(T))),
+            count);
     }
     // A copy of `host` (the host memory may be reused as soon as this returns).
     [[nodiscard]] static DeviceSlice from_host(Stream& stream, std::span<const T> host) {
@@ -156,14 +161,16 @@ class DeviceSlice {
 };
 
 // The bytes of a view, like std::as_bytes / std::as_writable_bytes: the same memory and hazard state.
+// Throws cudarc::Error for a (forged) view whose size in bytes overflows.
 template <typename T>
-[[nodiscard]] DeviceView<const std::byte> as_bytes(DeviceView<T> view) noexcept {
-    return DeviceView<const std::byte>(view.buffer(), view.device_ptr(), view.bytes());
+[[nodiscard]] DeviceView<const std::byte> as_bytes(DeviceView<T> view) {
+    return DeviceView<const std::byte>(view.buffer(), view.device_ptr(),
+                                       detail::checked_bytes("cudarc::as_bytes", view.size(), sizeof(T)));
 }
 template <typename T>
-requires(!std::is_const_v<T>)
-    [[nodiscard]] DeviceView<std::byte> as_writable_bytes(DeviceView<T> view) noexcept {
-    return DeviceView<std::byte>(view.buffer(), view.device_ptr(), view.bytes());
+requires(!std::is_const_v<T>) [[nodiscard]] DeviceView<std::byte> as_writable_bytes(DeviceView<T> view) {
+    return DeviceView<std::byte>(view.buffer(), view.device_ptr(),
+                                 detail::checked_bytes("cudarc::as_writable_bytes", view.size(), sizeof(T)));
 }
 
 }  // namespace cudarc

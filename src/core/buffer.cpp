@@ -29,7 +29,7 @@ void release_event(StreamUse& use) noexcept {
 }  // namespace
 
 void HazardState::before_access_slow(StreamState& stream, Access access) {
-    stream.device().bind();
+    const auto scope = stream.device().bind();
     if (access == Access::read) {
         if (writer_.stream.get() == &stream) {
             // Ordered after the write already; but an event recorded earlier for another stream's read no
@@ -93,7 +93,7 @@ Buffer::Buffer(Stream& stream, std::size_t bytes, MemoryResource& source)
       home_(stream.shared_state()),
       hazards_(stream.shared_state()) {
     if (bytes == 0) return;
-    device_->bind();
+    // Note: the memory source binds the context where it calls the driver (a cached block needs no call).
     const MemoryBlock block = source.allocate(bytes, stream.state());
     ptr_ = block.ptr;
     allocation_ = block.handle;
@@ -141,7 +141,10 @@ void Buffer::release() noexcept {
         }
         source_->deallocate(MemoryBlock{ptr_, allocation_}, bytes_, *home_, std::move(uses));
     } else {
-        for (StreamUse& use : hazards_.take_uses()) release_event(use);
+        try {
+            for (StreamUse& use : hazards_.take_uses()) release_event(use);
+        } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory gathering the uses; their events leak
+        }
     }
     ptr_ = 0;
     allocation_ = nullptr;
@@ -176,7 +179,7 @@ void copy_host_to_device(Stream& stream, Buffer& dst, DevicePtr dst_ptr, const v
     if (bytes == 0) return;
     prepare_access(stream, dst, Access::write);
     DeviceState& device = stream.state().device();
-    device.bind();
+    const auto scope = device.bind();
     device.check(device.api().memcpy_htod_async(dst_ptr, src, bytes, stream.native()), "cuMemcpyHtoDAsync");
 }
 
@@ -184,7 +187,7 @@ void copy_device_to_host(Stream& stream, void* dst, Buffer& src, DevicePtr src_p
     if (bytes == 0) return;
     prepare_access(stream, src, Access::read);
     DeviceState& device = stream.state().device();
-    device.bind();
+    const auto scope = device.bind();
     const sys::DriverApi& api = device.api();
     device.check(api.memcpy_dtoh_async(dst, src_ptr, bytes, stream.native()), "cuMemcpyDtoHAsync");
     // Note: into pageable memory the "async" copy returns only once the data is there, so a synchronize
@@ -214,7 +217,7 @@ void copy_device_to_device(Stream& stream, Buffer& dst, DevicePtr dst_ptr, Buffe
     prepare_access(stream, src, Access::read);
     prepare_access(stream, dst, Access::write);
     DeviceState& device = stream.state().device();
-    device.bind();
+    const auto scope = device.bind();
     device.check(device.api().memcpy_dtod_async(dst_ptr, src_ptr, bytes, stream.native()),
                  "cuMemcpyDtoDAsync");
 }
@@ -223,7 +226,7 @@ void memset_bytes(Stream& stream, Buffer& dst, DevicePtr dst_ptr, unsigned char 
     if (bytes == 0) return;
     prepare_access(stream, dst, Access::write);
     DeviceState& device = stream.state().device();
-    device.bind();
+    const auto scope = device.bind();
     if (dst_ptr % 4 == 0 && bytes % 4 == 0) {
         // Note: 32-bit stores fill large buffers faster than byte stores.
         const unsigned word = value * 0x01010101u;

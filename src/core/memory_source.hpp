@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "cudarc/allocator.hpp"
 #include "cudarc/detail/buffer.hpp"
 #include "sys/driver_api.hpp"
 
@@ -31,6 +32,10 @@ class MemoryResource {
     [[nodiscard]] virtual bool managed() const noexcept { return false; }
     // Managed memory: migrates [ptr, ptr + bytes) to the device, ordered on `stream` (no-op elsewhere).
     virtual void prefetch(StreamState& /*stream*/, DevicePtr /*ptr*/, std::size_t /*bytes*/) {}
+    // What Device::allocator_stats reports (zeros for sources that keep no figures).
+    [[nodiscard]] virtual AllocatorStats stats() const { return {}; }
+    // Restarts the peak figures from the current ones.
+    virtual void reset_peak() {}
 };
 
 }  // namespace cudarc::detail

@@ -23,7 +23,7 @@ bool StreamState::alive() const {
 
 sys::Event StreamState::mark() {
     std::lock_guard lock(mutex_);
-    device_.bind();
+    const auto scope = device_.bind();
     if (!retired_) return device_.record_event(handle_);
     // Note: the stream is gone; its final event stands for its work. Hand out a fresh event (callers own
     // what they get) that the default stream records after waiting for that final event.
@@ -35,7 +35,7 @@ sys::Event StreamState::mark() {
 void StreamState::order_before(sys::Stream waiter) {
     std::lock_guard lock(mutex_);
     if (!retired_ && waiter == handle_) return;
-    device_.bind();
+    const auto scope = device_.bind();
     if (retired_) {
         device_.wait_event(waiter, final_event_);
         return;
@@ -71,7 +71,7 @@ sys::Stream StreamPool::acquire(int priority) {
             }
         }
     }
-    device_.bind();
+    const auto scope = device_.bind();
     sys::Stream stream = nullptr;
     device_.check(device_.api().stream_create_with_priority(&stream, sys::kStreamNonBlocking, priority),
                   "cuStreamCreateWithPriority");
@@ -151,8 +151,8 @@ void Stream::release() noexcept {
         // Record where the stream's work ends: a forked child's parent waits for it (the join), and buffers
         // that used this stream order their release after it.
         sys::Event final_event = nullptr;
+        const auto scope = device.bind_or_defer();
         try {
-            device.bind();
             final_event = device.record_event(state_->handle());
             if (parent_) device.wait_event(parent_->handle(), final_event);
         } catch (const Error& error) {
@@ -174,7 +174,7 @@ void Stream::release() noexcept {
 
 Stream Stream::wrap(const Device& device, NativeStream foreign) {
     const auto& state = device.state();
-    state->bind();
+    const auto scope = state->bind();
     sys::Context context = nullptr;
     state->check(state->api().stream_get_ctx(foreign, &context), "cuStreamGetCtx");
     if (context != state->context()) {
@@ -210,20 +210,20 @@ void Stream::join(const Stream& other) {
 
 void Stream::wait(const Event& event) {
     DeviceState& device = state_->device();
-    device.bind();
+    const auto scope = device.bind();
     device.wait_event(state_->handle(), event.native());
 }
 
 void Stream::synchronize() {
     DeviceState& device = state_->device();
-    device.bind();
+    const auto scope = device.bind();
     device.check(device.api().stream_synchronize(state_->handle()), "cuStreamSynchronize");
     detail::AtomicCounters::bump(device.counters().stream_synchronizes);
 }
 
 bool Stream::query() const {
     DeviceState& device = state_->device();
-    device.bind();
+    const auto scope = device.bind();
     const sys::Result r = device.api().stream_query(state_->handle());
     if (r == sys::kErrorNotReady) return false;
     device.check(r, "cuStreamQuery");
@@ -232,8 +232,12 @@ bool Stream::query() const {
 
 bool Stream::is_capturing() const {
     DeviceState& device = state_->device();
-    device.bind();
-    return sys::stream_is_capturing(device.api(), state_->handle(), device.ordinal());
+    const auto scope = device.bind();
+    try {
+        return sys::stream_is_capturing(device.api(), state_->handle(), device.ordinal());
+    } catch (...) {
+        device.rethrow_current();  // a sticky error loses the device (Note [Lost devices])
+    }
 }
 
 NativeStream Stream::native() const noexcept {

@@ -3,21 +3,35 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "cudarc/error.hpp"
 
 namespace cudarc::optim::detail {
 namespace {
 
-std::size_t align_up(std::size_t value) noexcept {
-    return (value + kRegionAlignment - 1) / kRegionAlignment * kRegionAlignment;
+constexpr std::size_t kMaxSize = std::numeric_limits<std::size_t>::max();
+
+[[noreturn]] void throw_overflow(std::size_t tensor, std::int64_t numel) {
+    throw Error(
+        fmt::format("cudarc::optim: tensor {} ({} elements) needs more optimizer state than fits in "
+                    "{} bytes: the size overflows",
+                    tensor, numel, kMaxSize));
+}
+
+// `count` elements of `element` bytes, checked: the state of tensor `tensor`.
+std::size_t state_bytes(std::size_t tensor, std::int64_t numel, std::size_t count, std::size_t element) {
+    if (count > kMaxSize / element) throw_overflow(tensor, numel);
+    return count * element;
 }
 
 // Reserves `bytes` at the arena's end and returns its offset. Note: an empty tensor's regions still
 // take one aligned slot each, so no two regions ever share an address.
-std::size_t reserve(std::size_t& end, std::size_t bytes) noexcept {
+std::size_t reserve(std::size_t& end, std::size_t bytes, std::size_t tensor, std::int64_t numel) {
     const std::size_t offset = end;
-    end = align_up(end + std::max<std::size_t>(bytes, 1));
+    const std::size_t size = std::max<std::size_t>(bytes, 1);
+    if (size > kMaxSize - end - kRegionAlignment) throw_overflow(tensor, numel);
+    end = (end + size + kRegionAlignment - 1) / kRegionAlignment * kRegionAlignment;
     return offset;
 }
 
@@ -62,16 +76,22 @@ GroupLayout plan_group(StatePrecision precision, int state_count, std::span<cons
         t.type = types[i];
         t.numel = numels[i];
         const auto n = static_cast<std::size_t>(numels[i]);
+        const std::int64_t numel = numels[i];
         t.begin = end;
-        if (state_count >= 1) t.state1 = reserve(end, n * state_element);
-        if (state_count >= 2) t.state2 = reserve(end, n * state_element);
+        const std::size_t state = state_bytes(i, numel, n, state_element);
+        if (state_count >= 1) t.state1 = reserve(end, state, i, numel);
+        if (state_count >= 2) t.state2 = reserve(end, state, i, numel);
         if (precision == StatePrecision::blockwise8) {
-            const auto blocks = static_cast<std::size_t>(abi::absmax_count(numels[i]));
-            if (state_count >= 1) t.absmax1 = reserve(end, blocks * sizeof(float));
-            if (state_count >= 2) t.absmax2 = reserve(end, blocks * sizeof(float));
+            // Note: ceil(numel / 256) computed without numel + 255, which wraps near INT64_MAX.
+            const auto quant = static_cast<std::size_t>(abi::kQuantBlock);
+            const std::size_t blocks = n / quant + (n % quant != 0 ? 1 : 0);
+            const std::size_t absmax = state_bytes(i, numel, blocks, sizeof(float));
+            if (state_count >= 1) t.absmax1 = reserve(end, absmax, i, numel);
+            if (state_count >= 2) t.absmax2 = reserve(end, absmax, i, numel);
         }
-        t.unorm = reserve(
-            end, static_cast<std::size_t>(abi::unorm_workspace_floats(numels[i], precision)) * sizeof(float));
+        const auto tile = static_cast<std::size_t>(abi::tile_elements(precision));
+        const std::size_t unorm_floats = 1 + n / tile + (n % tile != 0 ? 1 : 0);
+        t.unorm = reserve(end, state_bytes(i, numel, unorm_floats, sizeof(float)), i, numel);
         t.end = end;
     }
     layout.arena_bytes = end;
@@ -92,9 +112,10 @@ GroupLayout plan_group(StatePrecision precision, int state_count, std::span<cons
         sizes.reserve(bucket.tensors.size());
         for (const std::size_t i : bucket.tensors) sizes.push_back(layout.tensors[i].numel);
         bucket.chunks = abi::make_chunks(sizes, precision, max_chunk_elements);
-        bucket.descs_offset = reserve(table_end, bucket.tensors.size() * sizeof(abi::TensorDesc));
+        // Note: make_chunks bounds the chunk count by an int, so these products cannot overflow.
+        bucket.descs_offset = reserve(table_end, bucket.tensors.size() * sizeof(abi::TensorDesc), 0, 0);
         bucket.chunks_offset =
-            reserve(table_end, std::max<std::size_t>(1, bucket.chunks.size()) * sizeof(abi::Chunk));
+            reserve(table_end, std::max<std::size_t>(1, bucket.chunks.size()) * sizeof(abi::Chunk), 0, 0);
     }
     layout.table_bytes = table_end;
     return layout;
