@@ -1,8 +1,11 @@
 // cudarc::copy — typed, size-checked copies between host memory and device views.
 #pragma once
 
+#include <cstddef>
 #include <span>
 #include <type_traits>
+
+#include "cudarc/detail/checked_size.hpp"
 
 #include "cudarc/slice.hpp"
 
@@ -15,8 +18,9 @@ void copy(Stream& stream, DeviceView<T> dst, DeviceView<const std::remove_const_
                   "the destination of a copy must be writable (DeviceView<const T> given)");
     if (dst.size() != src.size())
         detail::throw_size_mismatch("cudarc::copy (device to device)", dst.size(), src.size());
+    const std::size_t bytes = detail::checked_bytes("cudarc::copy (device to device)", dst.size(), sizeof(T));
     detail::copy_device_to_device(stream, dst.buffer(), dst.device_ptr(), src.buffer(), src.device_ptr(),
-                                  dst.bytes());
+                                  bytes);
 }
 
 // Host to device, asynchronous on `stream`; `src` may be reused as soon as this returns.
@@ -26,7 +30,8 @@ void copy(Stream& stream, DeviceView<T> dst, std::span<const std::type_identity_
                   "the destination of a copy must be writable (DeviceView<const T> given)");
     if (dst.size() != src.size())
         detail::throw_size_mismatch("cudarc::copy (host to device)", dst.size(), src.size());
-    detail::copy_host_to_device(stream, dst.buffer(), dst.device_ptr(), src.data(), dst.bytes());
+    const std::size_t bytes = detail::checked_bytes("cudarc::copy (host to device)", dst.size(), sizeof(T));
+    detail::copy_host_to_device(stream, dst.buffer(), dst.device_ptr(), src.data(), bytes);
 }
 
 // Device to host. Returns once the data is in `dst`: into pageable memory the copy itself blocks, so no
@@ -35,14 +40,16 @@ template <typename T>
 void copy(Stream& stream, std::span<std::remove_const_t<T>> dst, DeviceView<T> src) {
     if (dst.size() != src.size())
         detail::throw_size_mismatch("cudarc::copy (device to host)", dst.size(), src.size());
-    detail::copy_device_to_host(stream, dst.data(), src.buffer(), src.device_ptr(), src.bytes());
+    const std::size_t bytes = detail::checked_bytes("cudarc::copy (device to host)", src.size(), sizeof(T));
+    detail::copy_device_to_host(stream, dst.data(), src.buffer(), src.device_ptr(), bytes);
 }
 
 // Sets every byte of `dst` to `value`, asynchronously.
 template <typename T>
 void memset(Stream& stream, DeviceView<T> dst, unsigned char value) {
     static_assert(!std::is_const_v<T>, "memset needs a writable view");
-    detail::memset_bytes(stream, dst.buffer(), dst.device_ptr(), value, dst.bytes());
+    detail::memset_bytes(stream, dst.buffer(), dst.device_ptr(), value,
+                         detail::checked_bytes("cudarc::memset", dst.size(), sizeof(T)));
 }
 
 // Managed memory (DeviceSlice::managed): enqueues on `stream` the migration of `view`'s pages to the stream's
@@ -52,7 +59,8 @@ void memset(Stream& stream, DeviceView<T> dst, unsigned char value) {
 // managed memory of another device than the stream's.
 template <typename T>
 void prefetch(Stream& stream, DeviceView<T> view) {
-    detail::prefetch_to_device(stream, view.buffer(), view.device_ptr(), view.bytes());
+    detail::prefetch_to_device(stream, view.buffer(), view.device_ptr(),
+                               detail::checked_bytes("cudarc::prefetch", view.size(), sizeof(T)));
 }
 
 }  // namespace cudarc

@@ -114,16 +114,23 @@ class Device {
 
     // Which memory source DeviceSlice allocations come from.
     [[nodiscard]] MemorySource memory_source() const noexcept;
-    // The caching allocator's figures (all zero with MemorySource::stream_ordered).
+    // The memory source's figures. With MemorySource::stream_ordered: the driver pool's reserved and used
+    // bytes (and their peaks), live allocations and out-of-memory errors; the other counts stay zero.
     [[nodiscard]] AllocatorStats allocator_stats() const;
+    // The caching allocator's segments and blocks (empty with MemorySource::stream_ordered).
     [[nodiscard]] AllocatorSnapshot allocator_snapshot() const;
     void reset_peak_memory() const;
-    // Returns cached memory that no allocation uses to the driver.
+    // Returns cached memory that no allocation uses to the driver (with MemorySource::stream_ordered: trims
+    // the driver's pool, cuMemPoolTrimTo).
     void empty_cache() const;
 
     // An error a destructor swallowed on this device since the last call, rethrown once. Destructors never
     // throw; this lets a caller check after the fact.
     void rethrow_deferred_error() const;
+    // True once a sticky error (an illegal memory access in a kernel, a launch timeout) has made the
+    // device's context unusable: every call on it then throws cudarc::DeviceLost, and only a new process
+    // can use the GPU again.
+    [[nodiscard]] bool lost() const noexcept;
 
     // Internal: the shared state (for the library's own templates and tests).
     [[nodiscard]] const std::shared_ptr<detail::DeviceState>& state() const noexcept { return state_; }

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace cudarc {
 
@@ -35,6 +36,10 @@ class Error : public std::runtime_error {
     [[nodiscard]] int device() const noexcept { return device_; }
     [[nodiscard]] Backend backend() const noexcept { return backend_; }
 
+  protected:
+    // A message of its own over a driver call's details (derived errors that explain more).
+    Error(std::string message, const Error& details);
+
   private:
     std::string api_;
     int result_ = 0;
@@ -54,11 +59,25 @@ class OutOfMemory : public Error {
         std::size_t device_free = 0;
         std::size_t device_total = 0;
     };
-    OutOfMemory(int device, const Figures& figures, Backend backend = Backend::cuda);
+    // `holder` names what holds the reserved and allocated bytes (default: "the allocator").
+    OutOfMemory(int device, const Figures& figures, Backend backend = Backend::cuda,
+                std::string_view holder = "the allocator");
+    // A driver call that ran out of memory (`cause` names it and its result), explained by `message`.
+    OutOfMemory(std::string message, const Error& cause, const Figures& figures);
+    OutOfMemory(std::string message, const Error& cause);
     [[nodiscard]] const Figures& figures() const noexcept { return figures_; }
 
   private:
     Figures figures_;
+};
+
+// The device's context was lost to a sticky error (an illegal memory access or another fault in a kernel,
+// a launch timeout): the driver refuses all further work on it in this process. Thrown by the call that
+// met the error and by every later call on that device, each naming the first error (api(), result()).
+// Note: nothing but a new process gets the device back; free host resources and exit.
+class DeviceLost : public Error {
+  public:
+    explicit DeviceLost(const Error& cause);
 };
 
 }  // namespace cudarc

@@ -31,15 +31,23 @@ struct CachedProgram {
     std::string key;             // the key as 32 hex digits
     std::filesystem::path file;  // the disk entry's path; empty when the disk cache is off
     // Why the disk cache was not used or not updated, when that happened: a damaged file that was
-    // ignored and rewritten, a folder that cannot be written. Empty normally.
+    // ignored (and whether it could be rewritten), a folder that cannot be written. Empty normally.
     std::string disk_note;
 };
 
 class KernelCache {
   public:
+    // The disk cache's default size cap (CUDARC_CACHE_MAX_BYTES overrides it for the process cache), of the
+    // order of the driver's own JIT cache (CUDA_CACHE_MAXSIZE).
+    static constexpr std::size_t kDefaultMaxBytes = std::size_t{1} << 30;
+    // No entry is larger: a file at an entry's path that is larger is never read.
+    static constexpr std::size_t kMaxEntryBytes = std::size_t{512} << 20;
+
     // A cache whose disk entries live in `directory` (created on first write); memory-only when
-    // `directory` is nullopt.
-    explicit KernelCache(std::optional<std::filesystem::path> directory);
+    // `directory` is nullopt. After each write the folder's entries are kept within `max_bytes`, the least
+    // recently used (written or read) removed first, and temporary files of killed writers are removed.
+    explicit KernelCache(std::optional<std::filesystem::path> directory,
+                         std::size_t max_bytes = kDefaultMaxBytes);
     KernelCache(const KernelCache&) = delete;
     KernelCache& operator=(const KernelCache&) = delete;
     ~KernelCache();
@@ -54,10 +62,15 @@ class KernelCache {
     // The same rule over given values (empty means unset), for tests and tools.
     [[nodiscard]] static std::optional<std::filesystem::path> directory_from(
         std::string_view cudarc_cache_dir, std::string_view xdg_cache_home, std::string_view home);
+    // A CUDARC_CACHE_MAX_BYTES value: a byte count, optionally with a K, M or G suffix (powers of 1024);
+    // empty means the default. Throws cudarc::Error naming the variable and the value for anything else.
+    [[nodiscard]] static std::size_t max_bytes_from(std::string_view value);
 
     // The compiled program for (program, options): from memory, else from disk, else compiled now
     // and stored in both. Throws what Program::compile throws; disk problems never throw (they are
-    // reported in CachedProgram::disk_note and the compile goes ahead). Thread-safe.
+    // reported in CachedProgram::disk_note and the compile goes ahead): an entry that is not a regular file
+    // or is too large is not read, and running out of memory while reading or writing one is a disk problem
+    // too. Thread-safe.
     [[nodiscard]] CachedProgram compile(const Program& program, const CompileOptions& options);
 
     // The key (32 hex digits) and disk path compile() would use. Loads the compiler (its version
@@ -70,6 +83,7 @@ class KernelCache {
     void clear_memory() noexcept;
     [[nodiscard]] std::size_t memory_entries() const;
     [[nodiscard]] const std::optional<std::filesystem::path>& directory() const noexcept;
+    [[nodiscard]] std::size_t max_bytes() const noexcept;
 
   private:
     struct State;

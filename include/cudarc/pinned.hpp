@@ -43,6 +43,7 @@ class PinnedAllocation {
     std::shared_ptr<DeviceState> device_;
     void* data_ = nullptr;
     NativeEvent last_copy_ = nullptr;  // pooled; recorded after each async copy
+    bool untracked_copy_ = false;  // a copy neither an event nor a host wait covers: never free the memory
 };
 }  // namespace detail
 
@@ -55,7 +56,7 @@ class PinnedBuffer {
   public:
     PinnedBuffer() = default;
     PinnedBuffer(const Device& device, std::size_t count)
-        : allocation_(device, count * sizeof(T)), size_(count) {}
+        : allocation_(device, detail::checked_bytes("PinnedBuffer", count, sizeof(T))), size_(count) {}
 
     [[nodiscard]] std::size_t size() const noexcept { return size_; }
     [[nodiscard]] T* data() noexcept { return static_cast<T*>(allocation_.data()); }
@@ -69,13 +70,17 @@ class PinnedBuffer {
     void copy_from_device_async(Stream& stream, DeviceView<const T> src) {
         if (src.size() != size_)
             detail::throw_size_mismatch("PinnedBuffer::copy_from_device_async", size_, src.size());
-        allocation_.copy_from_device_async(stream, data(), src.buffer(), src.device_ptr(), src.bytes());
+        allocation_.copy_from_device_async(
+            stream, data(), src.buffer(), src.device_ptr(),
+            detail::checked_bytes("PinnedBuffer::copy_from_device_async", src.size(), sizeof(T)));
     }
     // This buffer to the device, asynchronous. Do not modify the buffer until synchronize() returns.
     void copy_to_device_async(Stream& stream, DeviceView<T> dst) {
         if (dst.size() != size_)
             detail::throw_size_mismatch("PinnedBuffer::copy_to_device_async", dst.size(), size_);
-        allocation_.copy_to_device_async(stream, dst.buffer(), dst.device_ptr(), data(), dst.bytes());
+        allocation_.copy_to_device_async(
+            stream, dst.buffer(), dst.device_ptr(), data(),
+            detail::checked_bytes("PinnedBuffer::copy_to_device_async", dst.size(), sizeof(T)));
     }
     void synchronize() { allocation_.synchronize(); }
     [[nodiscard]] bool ready() const { return allocation_.ready(); }

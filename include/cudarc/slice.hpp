@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cudarc/detail/buffer.hpp"
+#include "cudarc/detail/checked_size.hpp"
 #include "cudarc/stream.hpp"
 
 namespace cudarc {
@@ -89,7 +90,9 @@ class DeviceSlice {
     // the device ahead of use. Freeing it waits on the host for its last uses, since managed memory has no
     // stream-ordered free. Throws cudarc::Error when the driver has no managed memory.
     [[nodiscard]] static DeviceSlice managed(Stream& stream, std::size_t count) {
-        return DeviceSlice(detail::Buffer::managed(stream, count * sizeof(T)), count);
+        return DeviceSlice(
+            detail::Buffer::managed(stream, detail::checked_bytes("DeviceSlice::managed", count, sizeof(T))),
+            count);
     }
     // A copy of `host` (the host memory may be reused as soon as this returns).
     [[nodiscard]] static DeviceSlice from_host(Stream& stream, std::span<const T> host) {
@@ -151,7 +154,9 @@ class DeviceSlice {
   private:
     // Note: the buffer is built in place (no temporary to move from and destroy): alloc + free of a slice
     // should cost what the allocator costs.
-    DeviceSlice(Stream& stream, std::size_t count) : buffer_(stream, count * sizeof(T)), size_(count) {}
+    DeviceSlice(Stream& stream, std::size_t count)
+        : buffer_(stream, detail::checked_bytes("DeviceSlice::uninitialized", count, sizeof(T))),
+          size_(count) {}
     // For managed(), whose buffer comes from another memory source.
     DeviceSlice(detail::Buffer buffer, std::size_t count) noexcept
         : buffer_(std::move(buffer)), size_(count) {}
@@ -161,14 +166,16 @@ class DeviceSlice {
 };
 
 // The bytes of a view, like std::as_bytes / std::as_writable_bytes: the same memory and hazard state.
+// Throws cudarc::Error for a (forged) view whose size in bytes overflows.
 template <typename T>
-[[nodiscard]] DeviceView<const std::byte> as_bytes(DeviceView<T> view) noexcept {
-    return DeviceView<const std::byte>(view.buffer(), view.device_ptr(), view.bytes());
+[[nodiscard]] DeviceView<const std::byte> as_bytes(DeviceView<T> view) {
+    return DeviceView<const std::byte>(view.buffer(), view.device_ptr(),
+                                       detail::checked_bytes("cudarc::as_bytes", view.size(), sizeof(T)));
 }
 template <typename T>
-requires(!std::is_const_v<T>)
-    [[nodiscard]] DeviceView<std::byte> as_writable_bytes(DeviceView<T> view) noexcept {
-    return DeviceView<std::byte>(view.buffer(), view.device_ptr(), view.bytes());
+requires(!std::is_const_v<T>) [[nodiscard]] DeviceView<std::byte> as_writable_bytes(DeviceView<T> view) {
+    return DeviceView<std::byte>(view.buffer(), view.device_ptr(),
+                                 detail::checked_bytes("cudarc::as_writable_bytes", view.size(), sizeof(T)));
 }
 
 }  // namespace cudarc

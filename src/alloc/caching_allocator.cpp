@@ -340,6 +340,24 @@ void CachingAllocator::free(const Allocation& allocation, std::span<const Pendin
     free_locked(block, uses);
 }
 
+void CachingAllocator::free_completed(const Allocation& allocation) {
+    if (allocation.block == nullptr && allocation.ptr == 0) return;  // a zero-byte allocation
+    std::lock_guard lock(mutex_);
+    Block* block = allocation.block;
+    if (block == nullptr || block->state != BlockState::allocated || block->ptr != allocation.ptr) {
+        throw Error(fmt::format("cudarc: free of {:#x}, which is not a live allocation (freed twice?)",
+                                allocation.ptr));
+    }
+    block->used_streams.clear();  // their work has completed
+    if (captures_.empty()) {
+        stats_.allocated_bytes -= block->size;
+        --stats_.live_allocations;
+        return_to_pool(block);
+        return;
+    }
+    free_locked(block, {});
+}
+
 void CachingAllocator::free_locked(Block* block, std::span<const PendingUse> uses) {
     // Phase 1 may throw and changes nothing visible: record events for record_stream users, find the
     // captures that must keep the block, and reserve room for everything the commit will store.
@@ -593,7 +611,10 @@ CachingAllocator::Capture* CachingAllocator::underway_capture_on(StreamKey strea
 CaptureId CachingAllocator::notify_capture_begin(StreamKey stream) {
     std::lock_guard lock(mutex_);
     if (underway_capture_on(stream) != nullptr) {
-        throw Error(fmt::format("cudarc: stream {:#x} is already being captured", stream));
+        throw Error(fmt::format(
+            "cudarc: stream {:#x} is already being captured: end the capture under way first (let its "
+            "cudarc::capture body return), or capture on another stream (stream.fork() gives one)",
+            stream));
     }
     auto capture = std::make_unique<Capture>();
     capture->id = next_capture_id_;

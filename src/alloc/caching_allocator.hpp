@@ -57,6 +57,10 @@ class CachingAllocator {
     // recorded now. Takes ownership of the events (only when it returns normally).
     // Throws cudarc::Error, changing nothing, on a double free.
     void free(const Allocation& allocation, std::span<const PendingUse> uses = {});
+    // Gives a block back whose every use has completed (the caller waited for the device), so that no
+    // event is needed: what record_stream named is forgotten. A capture under way may still hold it.
+    // Throws cudarc::Error, changing nothing, on a double free.
+    void free_completed(const Allocation& allocation);
 
     // Marks `stream` as a user of the allocation: at free(), an event is recorded on it and the
     // block waits for it. For raw-pointer users that hazard tracking does not see.

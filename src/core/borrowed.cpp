@@ -26,7 +26,7 @@ Buffer borrow_memory(const Device& device, DevicePtr ptr, std::size_t count, std
     if (ptr == 0) throw Error("cudarc::BorrowedSlice: a null device pointer");
 
     const sys::DriverApi& api = state->api();
-    state->bind();
+    const auto scope = state->bind();
     if (api.pointer_get_attributes != nullptr) {
         // Note: cuPointerGetAttributes reports memory no context knows as success with zeroed values.
         unsigned memory_type = 0;

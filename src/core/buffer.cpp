@@ -21,7 +21,7 @@ void wait_for_use(StreamState& waiter, StreamState& user, sys::Event& event) {
     if (user.handle() == waiter.handle() && user.alive() && waiter.alive()) return;
     if (event == nullptr) event = user.mark();
     DeviceState& device = waiter.device();
-    device.bind();
+    const auto scope = device.bind();
     device.wait_event(waiter.handle(), event);
 }
 
@@ -221,6 +221,7 @@ Buffer::Buffer(Stream& stream, std::size_t bytes, MemoryResource& source)
     if (home_->ownership() == StreamOwnership::foreign) home_keep_ = stream.shared_state();
     device_->releases().poll();  // Note [Deferred release]
     if (bytes == 0) return;
+    // Note: the memory source binds the context where it calls the driver (a cached block needs no call).
     const MemoryBlock block = source.allocate(bytes, *home_);
     ptr_ = block.ptr;
     allocation_ = block.handle;
@@ -395,7 +396,7 @@ void copy_host_to_device(Stream& stream, Buffer& dst, DevicePtr dst_ptr, const v
     if (bytes == 0) return;
     prepare_access(stream, dst, dst_ptr, bytes, Access::write);
     DeviceState& device = stream.state().device();
-    device.bind();
+    const auto scope = device.bind();
     device.check(device.api().memcpy_htod_async(dst_ptr, src, bytes, stream.native()), "cuMemcpyHtoDAsync");
     finish_access(stream, dst);
 }
@@ -404,7 +405,7 @@ void copy_device_to_host(Stream& stream, void* dst, Buffer& src, DevicePtr src_p
     if (bytes == 0) return;
     prepare_access(stream, src, src_ptr, bytes, Access::read);
     DeviceState& device = stream.state().device();
-    device.bind();
+    const auto scope = device.bind();
     const sys::DriverApi& api = device.api();
     device.check(api.memcpy_dtoh_async(dst, src_ptr, bytes, stream.native()), "cuMemcpyDtoHAsync");
     finish_access(stream, src);
@@ -439,7 +440,7 @@ void copy_device_to_device(Stream& stream, Buffer& dst, DevicePtr dst_ptr, Buffe
     prepare_access(stream, src, src_ptr, bytes, Access::read);
     prepare_access(stream, dst, dst_ptr, bytes, Access::write);
     DeviceState& device = stream.state().device();
-    device.bind();
+    const auto scope = device.bind();
     device.check(device.api().memcpy_dtod_async(dst_ptr, src_ptr, bytes, stream.native()),
                  "cuMemcpyDtoDAsync");
     finish_access(stream, src);
@@ -450,7 +451,7 @@ void memset_bytes(Stream& stream, Buffer& dst, DevicePtr dst_ptr, unsigned char 
     if (bytes == 0) return;
     prepare_access(stream, dst, dst_ptr, bytes, Access::write);
     DeviceState& device = stream.state().device();
-    device.bind();
+    const auto scope = device.bind();
     if (dst_ptr % 4 == 0 && bytes % 4 == 0) {
         // Note: 32-bit stores fill large buffers faster than byte stores.
         const unsigned word = value * 0x01010101u;

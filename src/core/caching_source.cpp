@@ -20,8 +20,14 @@ class CachingSource final : public CachingResource {
         : device_(device), allocator_(make_backend(device), config) {}
 
     MemoryBlock allocate(std::size_t bytes, StreamState& stream) override {
-        const alloc::Allocation allocation = allocator_.allocate(bytes, stream.key());
-        return {allocation.ptr, allocation.block};
+        // Note: no block, not even a cached one, from a lost device (Note [Lost devices]).
+        if (device_.lost()) device_.throw_lost();
+        try {
+            const alloc::Allocation allocation = allocator_.allocate(bytes, stream.key());
+            return {allocation.ptr, allocation.block};
+        } catch (...) {
+            device_.rethrow_current();
+        }
     }
 
     void deallocate(const MemoryBlock& block, std::size_t bytes, StreamState& home,
@@ -32,13 +38,14 @@ class CachingSource final : public CachingResource {
             // blocks were moved to the default stream, which waited for its final event.)
             try {
                 allocator_.free(allocation);
-            } catch (const Error& error) {
-                device_.defer(error);
             } catch (...) {
+                defer_current();
+                free_after_host_wait(allocation);
             }
             return;
         }
         std::vector<alloc::PendingUse> pending;
+        bool freed = false;
         try {
             pending.reserve(uses.size() + 1);
             for (StreamUse& use : uses) {
@@ -49,12 +56,13 @@ class CachingSource final : public CachingResource {
             }
             allocator_.free(allocation, pending);
             pending.clear();  // ownership of the events passed to the allocator
-        } catch (const Error& error) {
-            device_.defer(error);
+            freed = true;
         } catch (...) {
+            defer_current();
         }
         for (const auto& use : pending) device_.events().release(use.event);
         for (StreamUse& use : uses) device_.events().release(use.event);
+        if (!freed) free_after_host_wait(allocation);
     }
 
     void empty_cache() override { allocator_.empty_cache(); }
@@ -72,15 +80,54 @@ class CachingSource final : public CachingResource {
         }
         allocator_.retire_stream(stream.key(), heir.key());
     }
+    AllocatorStats stats() const override { return allocator_.stats(); }
+    void reset_peak() override { allocator_.reset_peak(); }
     alloc::CachingAllocator& allocator() noexcept override { return allocator_; }
 
   private:
+    // Records the exception being handled for Device::rethrow_deferred_error.
+    void defer_current() const noexcept {
+        try {
+            throw;
+        } catch (const Error& error) {
+            device_.defer(error);
+        } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory while describing the failure
+        }
+    }
+
+    // Note [Free after a failed record]
+    // A block used on other streams goes back to the pool gated by an event per use. When one of those
+    // events cannot be recorded (or the allocator cannot take the free), the block is neither freed nor
+    // pending, and would leak. Instead, wait on the host for the whole device (cuCtxSynchronize, counted):
+    // then every use has completed and the block is free at once. If even that fails the block stays out of
+    // reach (a leak, with the error deferred) rather than be reused under work that may still run, unless
+    // the device is lost, where nothing runs and nothing is handed out any more.
+    void free_after_host_wait(const alloc::Allocation& allocation) noexcept {
+        try {
+            // Note: a failure to bind is deferred, and the wait tried anyway (the context is usually
+            // current).
+            const auto scope = device_.bind_or_defer();
+            device_.check(device_.api().ctx_synchronize(), "cuCtxSynchronize");
+            AtomicCounters::bump(device_.counters().context_synchronizes);
+        } catch (const Error& error) {
+            device_.defer(error);
+            if (!device_.lost()) return;
+        } catch (...) {
+            return;
+        }
+        try {
+            allocator_.free_completed(allocation);
+        } catch (...) {
+            defer_current();
+        }
+    }
+
     static std::unique_ptr<alloc::AllocatorBackend> make_backend(DeviceState& device) {
         alloc::DriverBackendHooks hooks;
         hooks.owner = &device;
         hooks.record_event = [](void* owner, alloc::StreamKey stream) -> alloc::EventHandle {
             auto& d = *static_cast<DeviceState*>(owner);
-            d.bind();
+            const auto scope = d.bind();
             return d.record_event(stream_of_key(stream));
         };
         hooks.stream_of = [](void*, alloc::StreamKey stream) noexcept { return stream_of_key(stream); };

@@ -30,9 +30,12 @@ void DeferredReleases::add(std::vector<sys::Event> events, ReleaseHook hook) noe
     } catch (...) {
     }
     // No memory to queue the hook: wait for its events here (counted) rather than run it early or never.
-    for (sys::Event event : events) {
-        device_.defer(device_.api().event_synchronize(event), "cuEventSynchronize");
-        AtomicCounters::bump(device_.counters().event_synchronizes);
+    {
+        const auto scope = device_.bind_or_defer();
+        for (sys::Event event : events) {
+            device_.defer(device_.api().event_synchronize(event), "cuEventSynchronize");
+            AtomicCounters::bump(device_.counters().event_synchronizes);
+        }
     }
     Entry entry{std::move(events), hook};
     finish(entry);
@@ -42,7 +45,7 @@ void DeferredReleases::poll_slow() noexcept {
     std::vector<Entry> ready;
     {
         std::lock_guard lock(mutex_);
-        device_.bind_noexcept();
+        const auto scope = device_.bind_or_defer();
         for (std::size_t i = 0; i < entries_.size();) {
             Entry& entry = entries_[i];
             bool complete = true;
@@ -81,14 +84,17 @@ void DeferredReleases::drain() noexcept {
         queued_.store(0, std::memory_order_relaxed);
     }
     if (all.empty()) return;
-    device_.bind_noexcept();
-    for (Entry& entry : all) {
-        for (sys::Event event : entry.events) {
-            device_.defer(device_.api().event_synchronize(event), "cuEventSynchronize");
-            AtomicCounters::bump(device_.counters().event_synchronizes);
+    {
+        const auto scope = device_.bind_or_defer();
+        for (Entry& entry : all) {
+            for (sys::Event event : entry.events) {
+                device_.defer(device_.api().event_synchronize(event), "cuEventSynchronize");
+                AtomicCounters::bump(device_.counters().event_synchronizes);
+            }
         }
-        finish(entry);
     }
+    // Outside the scope: a hook runs in whatever context its caller had current.
+    for (Entry& entry : all) finish(entry);
 }
 
 }  // namespace cudarc::detail

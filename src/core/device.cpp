@@ -16,8 +16,6 @@
 namespace cudarc {
 namespace detail {
 
-thread_local DeviceState::ThreadBinding DeviceState::current_{};
-
 namespace {
 std::atomic<std::uint64_t> next_generation{1};
 
@@ -28,7 +26,11 @@ std::unique_ptr<MemoryResource> make_memory_source(DeviceState& device, const De
         case cudarc::MemorySource::caching_allocator:
             return make_caching_source(device, options.allocator);
     }
-    throw Error("cudarc: unknown MemorySource value");
+    throw Error(fmt::format(
+        "cudarc: DeviceOptions::memory_source is {}, which is not a MemorySource value: use "
+        "MemorySource::caching_allocator ({}) or MemorySource::stream_ordered ({})",
+        static_cast<int>(options.memory_source), static_cast<int>(cudarc::MemorySource::caching_allocator),
+        static_cast<int>(cudarc::MemorySource::stream_ordered)));
 }
 }  // namespace
 
@@ -40,7 +42,7 @@ DeviceState::DeviceState(const sys::DriverApi& api, int ordinal, const DeviceOpt
     check(api_.device_get(&device_, ordinal), "cuDeviceGet");
     check(api_.device_primary_ctx_retain(&context_, device_), "cuDevicePrimaryCtxRetain");
     try {
-        bind();
+        const ContextScope scope = bind();
         check(api_.ctx_get_stream_priority_range(&priority_low_, &priority_high_),
               "cuCtxGetStreamPriorityRange");
         sys::Stream handle = nullptr;
@@ -58,19 +60,18 @@ DeviceState::DeviceState(const sys::DriverApi& api, int ordinal, const DeviceOpt
 
 DeviceState::~DeviceState() {
     // Note: order matters: the stream's final work must be enqueued before memory is returned, and
-    // everything must go before the context is released.
-    bind();
-    releases_.drain();  // Note [Deferred release]: every hook runs, after the work it waits for
-    default_stream_.reset();
-    memory_.reset();
-    managed_memory_.reset();
-    streams_.clear();
-    events_.clear();
-    if (const sys::Result r = api_.device_primary_ctx_release(device_); r != sys::kSuccess) {
-        // Nothing left to defer to: the device is gone.
-        (void)r;
+    // everything must go before the context is released. Nothing here may throw (a failure to bind is only
+    // deferred, and nobody is left to rethrow it: the device is gone).
+    {
+        const ContextScope scope = bind_or_defer();
+        releases_.drain();  // Note [Deferred release]: every hook runs, after the work it waits for
+        default_stream_.reset();
+        memory_.reset();
+        managed_memory_.reset();
+        streams_.clear();
+        events_.clear();
     }
-    if (current_.context == context_) current_ = {};
+    static_cast<void>(api_.device_primary_ctx_release(device_));
 }
 
 MemoryResource& DeviceState::managed_memory() {
@@ -84,22 +85,92 @@ int DeviceState::clamp_priority(int priority) const noexcept {
                       std::max(priority_low_, priority_high_));
 }
 
-void DeviceState::bind_slow() const {
-    check(api_.ctx_set_current(context_), "cuCtxSetCurrent");
-    current_ = {context_, generation_};
+ContextScope::ContextScope(const DeviceState& device, std::nothrow_t) noexcept : device_(&device) {
+    sys::Context current = nullptr;
+    const sys::Result query = device.api_.ctx_get_current(&current);
+    if (query == sys::kSuccess && current == device.context_) return;
+    try {
+        enter(query, current);
+    } catch (const Error& error) {
+        device.defer(error);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory while describing the failure
+    }
 }
 
-void DeviceState::defer(sys::Result result, const char* call) noexcept {
+void ContextScope::enter(sys::Result query, sys::Context current) {
+    if (query != sys::kSuccess) device_->throw_error(query, "cuCtxGetCurrent");
+    const sys::Result set = device_->api_.ctx_set_current(device_->context_);
+    if (set != sys::kSuccess) device_->throw_error(set, "cuCtxSetCurrent");
+    // Note: an empty thread keeps the device's context (see Note [Context scope]).
+    if (current != nullptr) {
+        previous_ = current;
+        restore_ = true;
+    }
+}
+
+void ContextScope::leave() noexcept {
+    const sys::Result result = device_->api_.ctx_set_current(previous_);
+    device_->defer(result, "cuCtxSetCurrent");
+}
+
+// Note [Lost devices]
+// A sticky error (sys::is_sticky_error) leaves the context unusable: every later driver call fails, each
+// with its own name and often with the same code. The first one seen marks the device lost and is kept;
+// from then on every scope (and so every operation, since each binds first) throws DeviceLost naming that
+// first error, before it reaches the driver, and the memory sources hand out nothing. Destructors still
+// run their calls (no-throw, deferred) so that host resources are returned.
+void DeviceState::mark_lost(const Error& cause) const noexcept {
+    try {
+        std::lock_guard lock(lost_mutex_);
+        if (!lost_cause_) lost_cause_ = cause;
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the flag below still stops all further work
+    }
+    lost_.store(true, std::memory_order_release);
+}
+
+void DeviceState::throw_lost() const {
+    std::optional<Error> cause;
+    {
+        std::lock_guard lock(lost_mutex_);
+        cause = lost_cause_;
+    }
+    if (!cause) cause = Error(fmt::format("device {} hit a sticky error", ordinal_), ordinal_, api_.backend);
+    throw DeviceLost(*cause);
+}
+
+void DeviceState::throw_error(sys::Result result, const char* call) const {
+    throw_error(sys::make_error(api_, call, result, ordinal_));
+}
+
+void DeviceState::throw_error(const Error& error) const {
+    if (sys::is_sticky_error(error.result())) mark_lost(error);
+    if (lost()) throw_lost();
+    throw error;
+}
+
+void DeviceState::rethrow_current() const {
+    try {
+        throw;
+    } catch (const DeviceLost&) {
+        throw;
+    } catch (const Error& error) {
+        if (sys::is_sticky_error(error.result())) mark_lost(error);
+        if (lost()) throw_lost();
+        throw;
+    }
+}
+
+void DeviceState::defer(sys::Result result, const char* call) const noexcept {
     if (result == sys::kSuccess) return;
     try {
-        std::lock_guard lock(deferred_mutex_);
-        if (!deferred_) deferred_ = sys::make_error(api_, call, result, ordinal_);
+        defer(sys::make_error(api_, call, result, ordinal_));
     } catch (...) {
         // Out of memory while recording an error: nothing better to do than drop it.
     }
 }
 
-void DeviceState::defer(const Error& error) noexcept {
+void DeviceState::defer(const Error& error) const noexcept {
+    if (sys::is_sticky_error(error.result())) mark_lost(error);
     try {
         std::lock_guard lock(deferred_mutex_);
         if (!deferred_) deferred_ = error;
@@ -108,7 +179,7 @@ void DeviceState::defer(const Error& error) noexcept {
 }
 
 void DeviceState::synchronize_noexcept() noexcept {
-    bind_noexcept();
+    const ContextScope scope = bind_or_defer();
     defer(api_.ctx_synchronize(), "cuCtxSynchronize");
     AtomicCounters::bump(counters_.context_synchronizes);
 }
@@ -270,7 +341,7 @@ std::size_t Device::total_memory() const {
 }
 
 MemoryInfo Device::memory_info() const {
-    state_->bind();
+    const detail::ContextScope scope = state_->bind();
     MemoryInfo info;
     state_->check(state_->api().mem_get_info(&info.free, &info.total), "cuMemGetInfo");
     return info;
@@ -281,10 +352,12 @@ Stream& Device::default_stream() const noexcept {
 }
 
 void Device::synchronize() const {
-    state_->bind();
-    state_->check(state_->api().ctx_synchronize(), "cuCtxSynchronize");
-    detail::AtomicCounters::bump(state_->counters().context_synchronizes);
-    state_->releases().poll();  // Note [Deferred release]
+    {
+        const detail::ContextScope scope = state_->bind();
+        state_->check(state_->api().ctx_synchronize(), "cuCtxSynchronize");
+        detail::AtomicCounters::bump(state_->counters().context_synchronizes);
+    }
+    state_->releases().poll();  // Note [Deferred release]: hooks run in the caller's own context
 }
 
 Counters Device::counters() const noexcept {
@@ -293,6 +366,10 @@ Counters Device::counters() const noexcept {
 
 void Device::rethrow_deferred_error() const {
     state_->rethrow_deferred_error();
+}
+
+bool Device::lost() const noexcept {
+    return state_->lost();
 }
 
 MemorySource Device::memory_source() const noexcept {
@@ -307,8 +384,7 @@ alloc::CachingAllocator* caching_allocator(detail::DeviceState& state) {
 }  // namespace
 
 AllocatorStats Device::allocator_stats() const {
-    auto* allocator = caching_allocator(*state_);
-    return allocator != nullptr ? allocator->stats() : AllocatorStats{};
+    return state_->memory().stats();
 }
 
 AllocatorSnapshot Device::allocator_snapshot() const {
@@ -317,11 +393,11 @@ AllocatorSnapshot Device::allocator_snapshot() const {
 }
 
 void Device::reset_peak_memory() const {
-    if (auto* allocator = caching_allocator(*state_)) allocator->reset_peak();
+    state_->memory().reset_peak();
 }
 
 void Device::empty_cache() const {
-    state_->bind();
+    const detail::ContextScope scope = state_->bind();
     state_->memory().empty_cache();
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,6 +21,35 @@
 namespace cudarc::detail {
 
 class StreamState;
+class DeviceState;
+
+// Note [Context scope]
+// Every driver call cudarc makes for a device runs while the device's context is current on the calling
+// thread. Frameworks switch contexts behind cudarc's back (cuCtxPushCurrent / cuCtxSetCurrent), so a
+// cached "already bound" flag cannot be trusted: each scope asks the driver (cuCtxGetCurrent, one cheap
+// call, the only cost on the launch path) and, when another context is current, makes the device's current
+// for the scope's duration and puts the other one back at its end, so the framework finds its context as
+// it left it. When no context was current the device's stays current (nobody's work can be disturbed and
+// the next call saves two driver calls), as the CUDA runtime does. Objects that belong to a context
+// (pooled events and streams, modules, page-locked memory) are therefore always created in the device's
+// own context.
+class ContextScope {
+  public:
+    explicit ContextScope(const DeviceState& device);
+    // Never throws: a failure to bind is deferred on the device.
+    ContextScope(const DeviceState& device, std::nothrow_t) noexcept;
+    ContextScope(const ContextScope&) = delete;
+    ContextScope& operator=(const ContextScope&) = delete;
+    ~ContextScope();
+
+  private:
+    void enter(sys::Result query, sys::Context current);
+    void leave() noexcept;
+
+    const DeviceState* device_;
+    sys::Context previous_ = nullptr;
+    bool restore_ = false;
+};
 
 // Who destroys a stream handle.
 enum class StreamOwnership {
@@ -98,32 +128,36 @@ class DeviceState : public std::enable_shared_from_this<DeviceState> {
     DeviceState& operator=(const DeviceState&) = delete;
     ~DeviceState();
 
-    // Makes this device's context current on the calling thread.
-    // Note: a thread-local cache makes this free when it is already current (no driver call). Code outside
-    // cudarc that switches contexts on the same thread behind our back must switch back (the CUDA runtime
-    // and PyTorch use the same primary context, so a single-device program is unaffected).
-    void bind() const {
-        if (current_.context != context_ || current_.generation != generation_) bind_slow();
-    }
-    // bind() for destructors: a failure is deferred (the driver calls that follow will report it too).
-    void bind_noexcept() const noexcept {
-        try {
-            bind();
-        } catch (const Error& error) {
-            const_cast<DeviceState*>(this)->defer(error);
-        } catch (...) {
-        }
-    }
+    // Makes this device's context current on the calling thread until the returned scope ends: see
+    // Note [Context scope]. Throws DeviceLost once the device is lost.
+    [[nodiscard]] ContextScope bind() const { return ContextScope(*this); }
+    // The same for destructors and other no-throw paths: a failure is deferred (rethrow_deferred_error),
+    // and the calls that follow run in whatever context is current (they fail and are deferred too).
+    [[nodiscard]] ContextScope bind_or_defer() const noexcept { return ContextScope(*this, std::nothrow); }
     // Waits on the host for all of the device's work (counted): the fallback when an ordering that should
     // be enqueued could not be. Never throws.
     void synchronize_noexcept() noexcept;
-    // Throws the named error for a failing call on this device.
+    // Throws the named error for a failing call on this device (DeviceLost for a sticky error, and for any
+    // failure once the device is lost).
     void check(sys::Result result, const char* call) const {
-        if (result != sys::kSuccess) throw sys::make_error(api_, call, result, ordinal_);
+        if (result != sys::kSuccess) [[unlikely]]
+            throw_error(result, call);
     }
-    // For destructors: records the first failure so the next Device call can rethrow it.
-    void defer(sys::Result result, const char* call) noexcept;
-    void defer(const Error& error) noexcept;
+    [[noreturn]] void throw_error(sys::Result result, const char* call) const;
+    // Throws `error`, a driver error of a call on this device, or DeviceLost in its place when the error is
+    // sticky or the device is already lost (see Note [Lost devices]).
+    [[noreturn]] void throw_error(const Error& error) const;
+    // Rethrows the exception being handled as it is, unless it is a cudarc::Error that loses the device
+    // (then DeviceLost). Call it from a catch block.
+    [[noreturn]] void rethrow_current() const;
+
+    // True once a sticky error (an illegal address, a kernel fault) made the context unusable.
+    [[nodiscard]] bool lost() const noexcept { return lost_.load(std::memory_order_relaxed); }
+    [[noreturn]] void throw_lost() const;
+    // For destructors: records the first failure so the next Device call can rethrow it (a sticky one also
+    // loses the device).
+    void defer(sys::Result result, const char* call) const noexcept;
+    void defer(const Error& error) const noexcept;
     void rethrow_deferred_error();
 
     [[nodiscard]] const sys::DriverApi& api() const noexcept { return api_; }
@@ -143,7 +177,8 @@ class DeviceState : public std::enable_shared_from_this<DeviceState> {
     [[nodiscard]] Stream& default_stream() noexcept { return *default_stream_; }
     [[nodiscard]] const std::shared_ptr<StreamState>& default_stream_state() const noexcept;
 
-    // An event recorded on `stream` now (pooled; counted).
+    // An event recorded on `stream` now (pooled; counted). Note: the caller holds a context scope, as for
+    // wait_event (one scope covers a record and its wait; see Note [Context scope]).
     [[nodiscard]] sys::Event record_event(sys::Stream stream);
     // Records `event` (owned by the caller) on `stream` now (counted).
     void record_into(sys::Event event, sys::Stream stream);
@@ -161,23 +196,17 @@ class DeviceState : public std::enable_shared_from_this<DeviceState> {
                 peers_[owner.ordinal_].load(std::memory_order_acquire) == owner.generation_);
     }
     void enable_peer_access(const DeviceState& peer);
-    // Forgets which context the calling thread has current. For code that calls a library which switches
-    // devices behind cudarc's back (NCCL does, through the CUDA runtime): the next bind() sets it again.
-    static void forget_thread_binding() noexcept { current_ = {}; }
 
   private:
-    void bind_slow() const;
-
-    struct ThreadBinding {
-        sys::Context context = nullptr;
-        std::uint64_t generation = 0;
-    };
-    // Note: the generation changes whenever a device state is created, so a context handle value reused
-    // after a release can never match a stale cache entry.
-    static thread_local ThreadBinding current_;
+    friend class ContextScope;
+    // Marks the device lost with `cause` (the first sticky error) unless it is already; noexcept so that
+    // destructors can call it.
+    void mark_lost(const Error& cause) const noexcept;
 
     const sys::DriverApi& api_;
     int ordinal_;
+    // Changes whenever a device state is created, so that peer access granted to an earlier state's
+    // context (peers_) never counts for a new one.
     std::uint64_t generation_;
     sys::Device device_ = 0;
     sys::Context context_ = nullptr;
@@ -192,14 +221,31 @@ class DeviceState : public std::enable_shared_from_this<DeviceState> {
     std::once_flag managed_once_;
     std::unique_ptr<MemoryResource> managed_memory_;
     std::unique_ptr<Stream> default_stream_;
-    std::mutex deferred_mutex_;
-    std::optional<Error> deferred_;
+    mutable std::mutex deferred_mutex_;
+    mutable std::optional<Error> deferred_;
+    mutable std::atomic<bool> lost_{false};
+    mutable std::mutex lost_mutex_;
+    mutable std::optional<Error> lost_cause_;  // the first sticky error
     // Per peer ordinal: the generation of the peer's state whose context this one has peer access to (0:
     // none). Note: a generation, not a flag: when a peer's state is released and opened again its primary
     // context may be new, and access to the old one says nothing about it.
     static constexpr int kMaxPeerOrdinals = 64;
     std::array<std::atomic<std::uint64_t>, kMaxPeerOrdinals> peers_{};
 };
+
+inline ContextScope::ContextScope(const DeviceState& device) : device_(&device) {
+    if (device.lost()) [[unlikely]]
+        device.throw_lost();
+    sys::Context current = nullptr;
+    const sys::Result result = device.api_.ctx_get_current(&current);
+    if (result != sys::kSuccess || current != device.context_) [[unlikely]]
+        enter(result, current);
+}
+
+inline ContextScope::~ContextScope() {
+    if (restore_) [[unlikely]]
+        leave();
+}
 
 // A stream's state, shared by its Stream object and every buffer that used it.
 //

@@ -2,9 +2,19 @@
 
 #include <fmt/format.h>
 
+#include <limits>
 #include <utility>
 
+#include "cudarc/detail/checked_size.hpp"
+
 namespace cudarc {
+
+namespace detail {
+void throw_size_overflow(const char* what, std::size_t count, std::size_t element_bytes) {
+    throw Error(fmt::format("cudarc: {}: {} elements of {} bytes are more than {} bytes: the size overflows",
+                            what, count, element_bytes, std::numeric_limits<std::size_t>::max()));
+}
+}  // namespace detail
 
 const char* to_string(Backend backend) noexcept {
     return backend == Backend::hip ? "HIP" : "CUDA";
@@ -28,12 +38,34 @@ Error::Error(std::string api, int result, std::string result_name, std::string r
       device_(device),
       backend_(backend) {}
 
-OutOfMemory::OutOfMemory(int device, const Figures& f, Backend backend)
+Error::Error(std::string message, const Error& details)
+    : std::runtime_error(message),
+      api_(details.api_),
+      result_(details.result_),
+      result_name_(details.result_name_),
+      device_(details.device_),
+      backend_(details.backend_) {}
+
+OutOfMemory::OutOfMemory(std::string message, const Error& cause, const Figures& figures)
+    : Error(std::move(message), cause), figures_(figures) {}
+
+OutOfMemory::OutOfMemory(std::string message, const Error& cause)
+    : OutOfMemory(std::move(message), cause, Figures{}) {}
+
+DeviceLost::DeviceLost(const Error& cause)
+    : Error(fmt::format(
+                "cudarc: {} device {} is lost: {}. After such a sticky error the driver refuses all "
+                "further work on the device: every later call on it fails, and the process must restart "
+                "to use the GPU again",
+                to_string(cause.backend()), cause.device(), cause.what()),
+            cause) {}
+
+OutOfMemory::OutOfMemory(int device, const Figures& f, Backend backend, std::string_view holder)
     : Error(
-          fmt::format("cudarc: out of memory on device {}: requested {} bytes; the allocator holds {} bytes "
+          fmt::format("cudarc: out of memory on device {}: requested {} bytes; {} holds {} bytes "
                       "reserved, {} allocated; the device has {} of {} bytes free. Hint: free tensors you no "
                       "longer need, call empty_cache() to return cached blocks, or lower the batch size.",
-                      device, f.requested, f.reserved, f.allocated, f.device_free, f.device_total),
+                      device, f.requested, holder, f.reserved, f.allocated, f.device_free, f.device_total),
           device, backend),
       figures_(f) {}
 

@@ -12,7 +12,7 @@ Event::Event(const Device& device, EventTiming timing) : device_(device.state())
     if (timing == EventTiming::disabled) {
         event_ = device_->events().acquire();
     } else {
-        device_->bind();
+        const auto scope = device_->bind();
         device_->check(device_->api().event_create(&event_, sys::kEventDefault), "cuEventCreate");
     }
 }
@@ -41,6 +41,7 @@ void Event::release() noexcept {
     if (timing_ == EventTiming::disabled) {
         device_->events().release(event_);
     } else {
+        const auto scope = device_->bind_or_defer();
         device_->defer(device_->api().event_destroy(event_), "cuEventDestroy");
     }
     event_ = nullptr;
@@ -50,13 +51,13 @@ void Event::record(Stream& stream) {
     if (&stream.state().device() != device_.get()) {
         throw Error("cudarc: Event::record: the stream belongs to another device than the event");
     }
-    device_->bind();
+    const auto scope = device_->bind();
     device_->check(device_->api().event_record(event_, stream.native()), "cuEventRecord");
     detail::AtomicCounters::bump(device_->counters().events_recorded);
 }
 
 bool Event::query() const {
-    device_->bind();
+    const auto scope = device_->bind();
     const sys::Result r = device_->api().event_query(event_);
     if (r == sys::kErrorNotReady) return false;
     device_->check(r, "cuEventQuery");
@@ -64,7 +65,7 @@ bool Event::query() const {
 }
 
 void Event::synchronize() const {
-    device_->bind();
+    const auto scope = device_->bind();
     device_->check(device_->api().event_synchronize(event_), "cuEventSynchronize");
     detail::AtomicCounters::bump(device_->counters().event_synchronizes);
 }
@@ -74,7 +75,7 @@ float Event::elapsed_ms(const Event& start, const Event& end) {
         throw Error("cudarc: Event::elapsed_ms needs two events created with EventTiming::enabled");
     }
     float ms = 0.0f;
-    start.device_->bind();
+    const auto scope = start.device_->bind();
     start.device_->check(start.device_->api().event_elapsed_time(&ms, start.event_, end.event_),
                          "cuEventElapsedTime");
     return ms;

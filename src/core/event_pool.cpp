@@ -17,7 +17,7 @@ sys::Event EventPool::acquire() {
             return event;
         }
     }
-    device_.bind();
+    const auto scope = device_.bind();
     sys::Event event = nullptr;
     device_.check(device_.api().event_create(&event, sys::kEventDisableTiming), "cuEventCreate");
     return event;

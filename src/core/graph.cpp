@@ -32,8 +32,8 @@ class GraphState {
 
     ~GraphState() {
         const sys::DriverApi& api = device_->api();
+        const auto scope = device_->bind_or_defer();
         try {
-            device_->bind();
             if (capture_) {
                 // Blocks the capture kept are reused only after the last replay completed.
                 std::vector<alloc::PendingUse> after;
@@ -53,7 +53,7 @@ class GraphState {
     void launch(Stream& stream) {
         if (&stream.state().device() != device_.get())
             throw Error("cudarc: Graph::launch: a stream of another device");
-        device_->bind();
+        const auto scope = device_->bind();
         device_->check(device_->api().graph_launch(exec_, stream.native()), "cuGraphLaunch");
         last_stream_ = stream.shared_state();
     }
@@ -70,7 +70,7 @@ void begin_capture(Stream& stream) {
     DeviceState& device = stream.state().device();
     const sys::DriverApi& api = device.api();
     if (current_capture) throw Error("cudarc: capture: a capture is already under way on this thread");
-    device.bind();
+    const auto scope = device.bind();
     std::optional<alloc::CaptureId> id;
     if (auto* allocator = caching_allocator_of(device)) id = allocator->notify_capture_begin(key_of(stream));
     const sys::Result r = sys::require(api, api.stream_begin_capture, "cuStreamBeginCapture")(
@@ -88,7 +88,9 @@ void begin_capture(Stream& stream) {
 Graph end_capture(Stream& stream) {
     DeviceState& device = stream.state().device();
     const sys::DriverApi& api = device.api();
-    device.bind();
+    // Note: the capture must end here whatever fails (the driver's capture mode, the allocator's record and
+    // this thread's mark), so a failure to bind is deferred rather than thrown before anything is undone.
+    const auto scope = device.bind_or_defer();
     sys::Graph graph = nullptr;
     const sys::Result ended =
         sys::require(api, api.stream_end_capture, "cuStreamEndCapture")(stream.native(), &graph);
@@ -111,6 +113,7 @@ Graph end_capture(Stream& stream) {
 void abandon_capture(Stream& stream) noexcept {
     DeviceState& device = stream.state().device();
     const sys::DriverApi& api = device.api();
+    const auto scope = device.bind_or_defer();
     sys::Graph graph = nullptr;
     if (api.stream_end_capture != nullptr &&
         api.stream_end_capture(stream.native(), &graph) == sys::kSuccess && graph != nullptr) {

@@ -1,5 +1,7 @@
 #include "core/managed_source.hpp"
 
+#include <atomic>
+
 #include "core/device_state.hpp"
 #include "core/stream_ordered_source.hpp"
 
@@ -13,21 +15,29 @@ class ManagedSource final : public MemoryResource {
 
     MemoryBlock allocate(std::size_t bytes, StreamState& /*stream*/) override {
         const sys::DriverApi& api = device_.api();
-        device_.bind();
+        const auto scope = device_.bind();  // throws DeviceLost for a lost device
         DevicePtr ptr = 0;
         const sys::Result r =
             sys::require(api, api.mem_alloc_managed, "cuMemAllocManaged")(&ptr, bytes, sys::kMemAttachGlobal);
-        if (r == sys::kErrorOutOfMemory) throw make_out_of_memory(device_, bytes, 0, 0);
+        if (r == sys::kErrorOutOfMemory) {
+            out_of_memory_errors_.fetch_add(1, std::memory_order_relaxed);
+            const AllocatorStats figures = stats();
+            throw make_out_of_memory(device_, bytes, figures.allocated_bytes, figures.reserved_bytes,
+                                     "cudarc's managed memory");
+        }
         device_.check(r, "cuMemAllocManaged");
         AtomicCounters::bump(device_.counters().driver_allocations);
+        live_allocations_.fetch_add(1, std::memory_order_relaxed);
+        live_bytes_.fetch_add(bytes, std::memory_order_relaxed);
         return {ptr, nullptr};
     }
 
-    void deallocate(const MemoryBlock& block, std::size_t /*bytes*/, StreamState& home,
+    void deallocate(const MemoryBlock& block, std::size_t bytes, StreamState& home,
                     std::vector<StreamUse> uses) noexcept override {
         const sys::DriverApi& api = device_.api();
+        const auto scope = device_.bind_or_defer();
+        bool waited = false;
         try {
-            device_.bind();
             // Note: cuMemFree is not stream-ordered, so every use must be complete first: wait on the host
             // for each one's event, or for the home stream when it was the only user (its later work
             // orders after its own use anyway).
@@ -37,12 +47,29 @@ class ManagedSource final : public MemoryResource {
                 device_.check(api.event_synchronize(use.event), "cuEventSynchronize");
                 AtomicCounters::bump(device_.counters().event_synchronizes);
             }
+            waited = true;
         } catch (const Error& error) {
-            device_.defer(error);  // a failed wait means a broken device: the memory is freed regardless
-        } catch (...) {
+            device_.defer(error);
+        } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory while gathering the uses
         }
-        device_.defer(api.mem_free(block.ptr), "cuMemFree");
-        AtomicCounters::bump(device_.counters().driver_frees);
+        if (!waited) {
+            // See Note [Free after a failed record]: a use whose event could not be recorded or waited for
+            // is waited for with the whole device; if even that fails the memory leaks rather than be
+            // freed under work that may still use it, unless the device is lost (nothing runs any more).
+            const sys::Result synchronized = api.ctx_synchronize();
+            if (synchronized == sys::kSuccess) {
+                AtomicCounters::bump(device_.counters().context_synchronizes);
+                waited = true;
+            } else {
+                device_.defer(synchronized, "cuCtxSynchronize");
+            }
+        }
+        if (waited || device_.lost()) {
+            device_.defer(api.mem_free(block.ptr), "cuMemFree");
+            AtomicCounters::bump(device_.counters().driver_frees);
+            live_allocations_.fetch_sub(1, std::memory_order_relaxed);
+            live_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+        }
         for (StreamUse& use : uses) {
             if (use.event != nullptr) device_.events().release(use.event);
         }
@@ -52,14 +79,28 @@ class ManagedSource final : public MemoryResource {
 
     void prefetch(StreamState& stream, DevicePtr ptr, std::size_t bytes) override {
         if (!prefetches_ || bytes == 0) return;
-        device_.bind();
+        const auto scope = device_.bind();
         device_.check(device_.api().mem_prefetch_async(ptr, bytes, device_.device(), stream.handle()),
                       "cuMemPrefetchAsync");
+    }
+
+    // The bytes of live managed allocations (nothing is cached: reserved is allocated), for the figures of
+    // an OutOfMemory. Note: Device::allocator_stats reports the device's memory source, not this one.
+    [[nodiscard]] AllocatorStats stats() const override {
+        AllocatorStats out;
+        out.live_allocations = live_allocations_.load(std::memory_order_relaxed);
+        out.allocated_bytes = out.active_bytes = out.reserved_bytes =
+            live_bytes_.load(std::memory_order_relaxed);
+        out.out_of_memory_errors = out_of_memory_errors_.load(std::memory_order_relaxed);
+        return out;
     }
 
   private:
     DeviceState& device_;
     bool prefetches_;  // the device accesses managed memory concurrently, and the driver can prefetch
+    std::atomic<std::size_t> live_allocations_{0};
+    std::atomic<std::size_t> live_bytes_{0};
+    std::atomic<std::uint64_t> out_of_memory_errors_{0};
 };
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "cudarc/allocator.hpp"
 #include "cudarc/detail/buffer.hpp"
 #include "sys/driver_api.hpp"
 
@@ -34,6 +35,10 @@ class MemoryResource {
     virtual void prefetch(StreamState& /*stream*/, DevicePtr /*ptr*/, std::size_t /*bytes*/) {}
     // `stream` (foreign) was retired: nothing may name its key any more (Note [Stream identity]).
     virtual void retire_stream(StreamState& stream) noexcept { static_cast<void>(stream); }
+    // What Device::allocator_stats reports (zeros for sources that keep no figures).
+    [[nodiscard]] virtual AllocatorStats stats() const { return {}; }
+    // Restarts the peak figures from the current ones.
+    virtual void reset_peak() {}
 };
 
 }  // namespace cudarc::detail

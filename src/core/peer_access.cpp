@@ -31,6 +31,7 @@ void order_uses_on_own_device(DeviceState& device, StreamState* home, std::vecto
             // still use.
             device.defer(error);
             if (use.event != nullptr) {
+                const auto scope = other.bind_or_defer();
                 other.defer(other.api().event_synchronize(use.event), "cuEventSynchronize");
                 AtomicCounters::bump(other.counters().event_synchronizes);
             } else {
@@ -78,7 +79,7 @@ void copy_across_devices(Stream& stream, Buffer& dst, DevicePtr dst_ptr, Buffer&
                                 Access::read);
     dst.hazards().before_access(stream.state(), static_cast<std::size_t>(dst_ptr - dst.ptr()), bytes,
                                 Access::write);
-    device.bind();
+    const auto scope = device.bind();
     device.check(memcpy_peer_async(dst_ptr, dst.device()->context(), src_ptr, src.device()->context(), bytes,
                                    stream.native()),
                  "cuMemcpyPeerAsync");
@@ -133,7 +134,7 @@ void DeviceState::enable_peer_access(const DeviceState& peer) {
             ordinal_, api_.backend);
     }
     const auto enable = sys::require(api_, api_.ctx_enable_peer_access, "cuCtxEnablePeerAccess");
-    bind();
+    const ContextScope scope = bind();
     const sys::Result result = enable(peer.context_, 0);
     // Note: already enabled is success: another library (or an earlier state of this device) enabled it on
     // the same primary context.

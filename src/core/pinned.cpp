@@ -11,10 +11,20 @@ namespace cudarc::detail {
 
 PinnedAllocation::PinnedAllocation(const Device& device, std::size_t bytes) : device_(device.state()) {
     if (bytes == 0) return;
-    device_->bind();
+    const auto scope = device_->bind();
     const sys::Result r = device_->api().mem_host_alloc(&data_, bytes, sys::kMemHostAllocPortable);
     if (r == sys::kErrorOutOfMemory) {
-        throw Error(fmt::format("cudarc: PinnedBuffer: cannot page-lock {} bytes of host memory", bytes));
+        const Error cause = sys::make_error(device_->api(), "cuMemHostAlloc", r, device_->ordinal());
+        OutOfMemory::Figures figures;
+        figures.requested = bytes;
+        throw OutOfMemory(
+            fmt::format(
+                "cudarc: PinnedBuffer: cannot page-lock {} bytes of host memory ({}). Page-locked memory "
+                "is bounded by the host's RAM and by the memlock limit (`ulimit -l`; "
+                "/etc/security/limits.conf, or `--ulimit memlock=-1` for a container): use fewer or "
+                "smaller pinned buffers, or raise the limit",
+                bytes, cause.what()),
+            cause, figures);
     }
     device_->check(r, "cuMemHostAlloc");
 }
@@ -22,7 +32,8 @@ PinnedAllocation::PinnedAllocation(const Device& device, std::size_t bytes) : de
 PinnedAllocation::PinnedAllocation(PinnedAllocation&& other) noexcept
     : device_(std::move(other.device_)),
       data_(std::exchange(other.data_, nullptr)),
-      last_copy_(std::exchange(other.last_copy_, nullptr)) {}
+      last_copy_(std::exchange(other.last_copy_, nullptr)),
+      untracked_copy_(std::exchange(other.untracked_copy_, false)) {}
 
 PinnedAllocation& PinnedAllocation::operator=(PinnedAllocation&& other) noexcept {
     if (this != &other) {
@@ -30,6 +41,7 @@ PinnedAllocation& PinnedAllocation::operator=(PinnedAllocation&& other) noexcept
         device_ = std::move(other.device_);
         data_ = std::exchange(other.data_, nullptr);
         last_copy_ = std::exchange(other.last_copy_, nullptr);
+        untracked_copy_ = std::exchange(other.untracked_copy_, false);
     }
     return *this;
 }
@@ -40,29 +52,60 @@ PinnedAllocation::~PinnedAllocation() {
 
 void PinnedAllocation::release() noexcept {
     if (!device_) return;
+    const auto scope = device_->bind_or_defer();
     try {
         synchronize();
     } catch (const Error& error) {
         device_->defer(error);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory while describing the failure
     }
-    if (data_ != nullptr) device_->defer(device_->api().mem_free_host(data_), "cuMemFreeHost");
-    data_ = nullptr;
-    device_.reset();
-}
-
-void PinnedAllocation::note_copy(Stream& stream) {
     if (last_copy_ != nullptr) {
+        // The wait for the last copy failed: wait for the whole device instead before the memory goes.
+        const sys::Result waited = device_->api().ctx_synchronize();
+        if (waited == sys::kSuccess) {
+            AtomicCounters::bump(device_->counters().context_synchronizes);
+        } else {
+            device_->defer(waited, "cuCtxSynchronize");
+            untracked_copy_ = true;
+        }
         device_->events().release(last_copy_);
         last_copy_ = nullptr;
     }
-    last_copy_ = device_->record_event(stream.native());
+    // Note: memory a copy may still be transferring into is leaked rather than freed under the DMA engine
+    // (the error that caused it is deferred); on a lost device nothing transfers any more.
+    if (data_ != nullptr && (!untracked_copy_ || device_->lost()))
+        device_->defer(device_->api().mem_free_host(data_), "cuMemFreeHost");
+    data_ = nullptr;
+    untracked_copy_ = false;
+    device_.reset();
+}
+
+// Records the event that the destructor and synchronize() wait for. Note: the new event is recorded before
+// the previous one is given up, so a failing record never leaves a queued copy untracked: the copy is then
+// waited for on the host (counted) before the error is thrown, and if even that fails the memory is never
+// freed (see release()).
+void PinnedAllocation::note_copy(Stream& stream) {
+    sys::Event event = nullptr;
+    try {
+        event = device_->record_event(stream.native());
+    } catch (...) {
+        const sys::Result waited = device_->api().stream_synchronize(stream.native());
+        if (waited == sys::kSuccess) {
+            AtomicCounters::bump(device_->counters().stream_synchronizes);
+        } else {
+            untracked_copy_ = true;
+        }
+        device_->rethrow_current();
+    }
+    if (last_copy_ != nullptr) device_->events().release(last_copy_);
+    last_copy_ = event;
 }
 
 void PinnedAllocation::copy_from_device_async(Stream& stream, void* dst, Buffer& src, DevicePtr src_ptr,
                                               std::size_t bytes) {
     if (bytes == 0) return;
     prepare_access(stream, src, src_ptr, bytes, Access::read);
-    device_->bind();
+    const auto scope = device_->bind();
     device_->check(device_->api().memcpy_dtoh_async(dst, src_ptr, bytes, stream.native()),
                    "cuMemcpyDtoHAsync");
     finish_access(stream, src);
@@ -73,7 +116,7 @@ void PinnedAllocation::copy_to_device_async(Stream& stream, Buffer& dst, DeviceP
                                             std::size_t bytes) {
     if (bytes == 0) return;
     prepare_access(stream, dst, dst_ptr, bytes, Access::write);
-    device_->bind();
+    const auto scope = device_->bind();
     device_->check(device_->api().memcpy_htod_async(dst_ptr, src, bytes, stream.native()),
                    "cuMemcpyHtoDAsync");
     finish_access(stream, dst);
@@ -82,7 +125,7 @@ void PinnedAllocation::copy_to_device_async(Stream& stream, Buffer& dst, DeviceP
 
 void PinnedAllocation::synchronize() {
     if (last_copy_ == nullptr) return;
-    device_->bind();
+    const auto scope = device_->bind();
     device_->check(device_->api().event_synchronize(last_copy_), "cuEventSynchronize");
     AtomicCounters::bump(device_->counters().event_synchronizes);
     device_->events().release(last_copy_);
@@ -91,7 +134,7 @@ void PinnedAllocation::synchronize() {
 
 bool PinnedAllocation::ready() const {
     if (last_copy_ == nullptr) return true;
-    device_->bind();
+    const auto scope = device_->bind();
     const sys::Result r = device_->api().event_query(last_copy_);
     if (r == sys::kErrorNotReady) return false;
     device_->check(r, "cuEventQuery");

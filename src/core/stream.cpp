@@ -39,7 +39,7 @@ std::uintptr_t StreamState::event_key() const noexcept {
 }
 
 sys::Event StreamState::mark() {
-    device_.bind();
+    const auto scope = device_.bind();
     if (ownership_ != StreamOwnership::foreign) {
         if (alive()) [[likely]]
             return device_.record_event(handle_);
@@ -60,13 +60,13 @@ void StreamState::order_before(sys::Stream waiter) {
     if (ownership_ == StreamOwnership::foreign) lock = std::unique_lock(mutex_);
     if (!alive()) {
         if (final_event_ != nullptr) {
-            device_.bind();
+            const auto scope = device_.bind();
             device_.wait_event(waiter, final_event_);
         }
         return;
     }
     if (waiter == handle_) return;
-    device_.bind();
+    const auto scope = device_.bind();
     device_.record_into(scratch_, handle_);
     device_.wait_event(waiter, scratch_);
 }
@@ -96,7 +96,7 @@ std::shared_ptr<StreamState> StreamPool::acquire(int priority) {
             }
         }
     }
-    device_.bind();
+    const auto scope = device_.bind();
     sys::Stream stream = nullptr;
     device_.check(device_.api().stream_create_with_priority(&stream, sys::kStreamNonBlocking, priority),
                   "cuStreamCreateWithPriority");
@@ -117,6 +117,7 @@ void StreamPool::release(std::shared_ptr<StreamState> state) noexcept {
     }
     // Without memory to keep it, the stream is destroyed; its state (and so its handle value) may still be
     // named by buffers, so it is retired first: they order after its final work, which is complete.
+    const auto scope = device_.bind_or_defer();
     device_.defer(device_.api().stream_synchronize(state->handle()), "cuStreamSynchronize");
     AtomicCounters::bump(device_.counters().stream_synchronizes);
     state->retire(nullptr);
@@ -187,6 +188,7 @@ void Stream::join_parent() noexcept {
     }
     // The join could not be enqueued: make the child's work complete on the host instead (counted), so
     // that the parent's later work still comes after it.
+    const auto scope = device.bind_or_defer();
     device.defer(device.api().stream_synchronize(state_->handle()), "cuStreamSynchronize");
     detail::AtomicCounters::bump(device.counters().stream_synchronizes);
 }
@@ -207,8 +209,8 @@ void Stream::release() noexcept {
             // event from now on. If the record fails, wait for the stream on the host (counted) and retire
             // it as complete, so that no later access waits on a missing event.
             sys::Event final_event = nullptr;
+            const auto scope = device.bind_or_defer();
             try {
-                device.bind();
                 final_event = device.record_event(state_->handle());
             } catch (const Error& error) {
                 device.defer(error);
@@ -236,7 +238,7 @@ void Stream::release() noexcept {
 
 Stream Stream::wrap(const Device& device, NativeStream foreign) {
     const auto& state = device.state();
-    state->bind();
+    const auto scope = state->bind();
     sys::Context context = nullptr;
     state->check(state->api().stream_get_ctx(foreign, &context), "cuStreamGetCtx");
     if (context != state->context()) {
@@ -270,21 +272,23 @@ void Stream::join(const Stream& other) {
 
 void Stream::wait(const Event& event) {
     DeviceState& device = state_->device();
-    device.bind();
+    const auto scope = device.bind();
     device.wait_event(state_->handle(), event.native());
 }
 
 void Stream::synchronize() {
     DeviceState& device = state_->device();
-    device.bind();
-    device.check(device.api().stream_synchronize(state_->handle()), "cuStreamSynchronize");
-    detail::AtomicCounters::bump(device.counters().stream_synchronizes);
-    device.releases().poll();  // Note [Deferred release]
+    {
+        const auto scope = device.bind();
+        device.check(device.api().stream_synchronize(state_->handle()), "cuStreamSynchronize");
+        detail::AtomicCounters::bump(device.counters().stream_synchronizes);
+    }
+    device.releases().poll();  // Note [Deferred release]: hooks run in the caller's own context
 }
 
 bool Stream::query() const {
     DeviceState& device = state_->device();
-    device.bind();
+    const auto scope = device.bind();
     const sys::Result r = device.api().stream_query(state_->handle());
     if (r == sys::kErrorNotReady) return false;
     device.check(r, "cuStreamQuery");
@@ -293,8 +297,12 @@ bool Stream::query() const {
 
 bool Stream::is_capturing() const {
     DeviceState& device = state_->device();
-    device.bind();
-    return sys::stream_is_capturing(device.api(), state_->handle(), device.ordinal());
+    const auto scope = device.bind();
+    try {
+        return sys::stream_is_capturing(device.api(), state_->handle(), device.ordinal());
+    } catch (...) {
+        device.rethrow_current();  // a sticky error loses the device (Note [Lost devices])
+    }
 }
 
 NativeStream Stream::native() const noexcept {

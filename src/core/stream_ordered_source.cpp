@@ -1,5 +1,6 @@
 #include "core/stream_ordered_source.hpp"
 
+#include <atomic>
 #include <cstdint>
 #include <limits>
 
@@ -17,34 +18,44 @@ class StreamOrderedSource final : public MemoryResource {
             api.device_get_attribute(&pools_supported, sys::attr::kMemoryPoolsSupported, device.device()) ==
                 sys::kSuccess &&
             pools_supported != 0) {
-            sys::MemoryPool pool = nullptr;
-            device.check(api.device_get_default_mem_pool(&pool, device.device()),
+            device.check(api.device_get_default_mem_pool(&pool_, device.device()),
                          "cuDeviceGetDefaultMemPool");
             std::uint64_t threshold = std::numeric_limits<std::uint64_t>::max();
-            device.check(api.mem_pool_set_attribute(pool, sys::kMemPoolAttrReleaseThreshold, &threshold),
+            device.check(api.mem_pool_set_attribute(pool_, sys::kMemPoolAttrReleaseThreshold, &threshold),
                          "cuMemPoolSetAttribute");
-            pooled_ = true;
         }
     }
 
     MemoryBlock allocate(std::size_t bytes, StreamState& stream) override {
-        const sys::DriverApi& api = device_.api();
-        device_.bind();
+        const auto scope = device_.bind();  // throws DeviceLost for a lost device
         DevicePtr ptr = 0;
-        const sys::Result r =
-            pooled_ ? api.mem_alloc_async(&ptr, bytes, stream.handle()) : api.mem_alloc(&ptr, bytes);
-        if (r == sys::kErrorOutOfMemory) throw make_out_of_memory(device_, bytes, 0, 0);
-        device_.check(r, pooled_ ? "cuMemAllocAsync" : "cuMemAlloc");
+        sys::Result r = allocate_once(ptr, bytes, stream);
+        if (r == sys::kErrorOutOfMemory && pooled()) {
+            // Freed memory the pool still reserves counts against the device: give it back and retry once.
+            trim();
+            r = allocate_once(ptr, bytes, stream);
+        }
+        if (r == sys::kErrorOutOfMemory) {
+            out_of_memory_errors_.fetch_add(1, std::memory_order_relaxed);
+            const AllocatorStats figures = stats();
+            throw make_out_of_memory(device_, bytes, figures.allocated_bytes, figures.reserved_bytes,
+                                     pooled() ? "the driver's memory pool" : "the driver");
+        }
+        device_.check(r, pooled() ? "cuMemAllocAsync" : "cuMemAlloc");
         AtomicCounters::bump(device_.counters().driver_allocations);
+        live_allocations_.fetch_add(1, std::memory_order_relaxed);
+        if (!pooled()) unpooled_bytes_.fetch_add(bytes, std::memory_order_relaxed);
         return {ptr, nullptr};
     }
 
-    void deallocate(const MemoryBlock& block, std::size_t, StreamState& home,
+    void deallocate(const MemoryBlock& block, std::size_t bytes, StreamState& home,
                     std::vector<StreamUse> uses) noexcept override {
         const sys::DriverApi& api = device_.api();
+        live_allocations_.fetch_sub(1, std::memory_order_relaxed);
+        if (!pooled()) unpooled_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
         try {
-            device_.bind();
-            if (pooled_) {
+            const auto scope = device_.bind();
+            if (pooled()) {
                 // Free on the home stream once it has waited for every other stream's use.
                 StreamState& freer = home.alive() ? home : *device_.default_stream_state();
                 for (StreamUse& use : uses) {
@@ -75,9 +86,67 @@ class StreamOrderedSource final : public MemoryResource {
         for (StreamUse& use : uses) device_.events().release(use.event);
     }
 
+    // Note: memory whose cuMemFreeAsync is still queued on a stream is in use for the pool; it is released
+    // by the next empty_cache() after that stream reaches the free.
+    void empty_cache() override {
+        if (pooled()) trim();
+    }
+
+    // The pool's own figures (cuMemPoolGetAttribute): reserved is what it holds from the device, allocated
+    // what allocations use. Without a pool, the bytes of live cuMemAlloc allocations.
+    AllocatorStats stats() const override {
+        AllocatorStats out;
+        out.live_allocations = live_allocations_.load(std::memory_order_relaxed);
+        out.out_of_memory_errors = out_of_memory_errors_.load(std::memory_order_relaxed);
+        if (!pooled()) {
+            out.allocated_bytes = out.reserved_bytes = out.active_bytes = unpooled_bytes_.load();
+            return out;
+        }
+        out.reserved_bytes = pool_attribute(sys::kMemPoolAttrReservedMemCurrent);
+        out.peak_reserved_bytes = pool_attribute(sys::kMemPoolAttrReservedMemHigh);
+        out.allocated_bytes = pool_attribute(sys::kMemPoolAttrUsedMemCurrent);
+        out.peak_allocated_bytes = pool_attribute(sys::kMemPoolAttrUsedMemHigh);
+        out.active_bytes = out.allocated_bytes;
+        return out;
+    }
+
+    void reset_peak() override {
+        if (!pooled() || device_.api().mem_pool_set_attribute == nullptr) return;
+        for (const int attribute : {sys::kMemPoolAttrReservedMemHigh, sys::kMemPoolAttrUsedMemHigh}) {
+            std::uint64_t zero = 0;  // the only value these accept: restart from the current figure
+            device_.check(device_.api().mem_pool_set_attribute(pool_, attribute, &zero),
+                          "cuMemPoolSetAttribute");
+        }
+    }
+
   private:
+    [[nodiscard]] bool pooled() const noexcept { return pool_ != nullptr; }
+
+    sys::Result allocate_once(DevicePtr& ptr, std::size_t bytes, StreamState& stream) {
+        const sys::DriverApi& api = device_.api();
+        return pooled() ? api.mem_alloc_async(&ptr, bytes, stream.handle()) : api.mem_alloc(&ptr, bytes);
+    }
+
+    void trim() {
+        const sys::DriverApi& api = device_.api();
+        device_.check(sys::require(api, api.mem_pool_trim_to, "cuMemPoolTrimTo")(pool_, 0),
+                      "cuMemPoolTrimTo");
+    }
+
+    // 0 when the driver cannot tell (no cuMemPoolGetAttribute).
+    [[nodiscard]] std::size_t pool_attribute(int attribute) const {
+        const sys::DriverApi& api = device_.api();
+        if (api.mem_pool_get_attribute == nullptr) return 0;
+        std::uint64_t value = 0;
+        device_.check(api.mem_pool_get_attribute(pool_, attribute, &value), "cuMemPoolGetAttribute");
+        return static_cast<std::size_t>(value);
+    }
+
     DeviceState& device_;
-    bool pooled_ = false;
+    sys::MemoryPool pool_ = nullptr;  // null: no memory pools (cuMemAlloc / cuMemFree)
+    std::atomic<std::size_t> live_allocations_{0};
+    std::atomic<std::size_t> unpooled_bytes_{0};
+    std::atomic<std::uint64_t> out_of_memory_errors_{0};
 };
 
 }  // namespace
@@ -87,7 +156,7 @@ std::unique_ptr<MemoryResource> make_stream_ordered_source(DeviceState& device) 
 }
 
 OutOfMemory make_out_of_memory(DeviceState& device, std::size_t requested, std::size_t allocated,
-                               std::size_t reserved) {
+                               std::size_t reserved, std::string_view holder) {
     OutOfMemory::Figures figures;
     figures.requested = requested;
     figures.allocated = allocated;
@@ -95,7 +164,7 @@ OutOfMemory make_out_of_memory(DeviceState& device, std::size_t requested, std::
     if (device.api().mem_get_info(&figures.device_free, &figures.device_total) != sys::kSuccess) {
         figures.device_free = figures.device_total = 0;
     }
-    return OutOfMemory(device.ordinal(), figures, device.api().backend);
+    return OutOfMemory(device.ordinal(), figures, device.api().backend, holder);
 }
 
 }  // namespace cudarc::detail

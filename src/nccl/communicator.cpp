@@ -2,9 +2,10 @@
 //
 // Note [NCCL and the current context]: NCCL goes through the CUDA runtime, which takes "the current device"
 // from the context current on the calling thread and, around its own calls, switches devices (cudaSetDevice)
-// and back. cudarc binds the communicator's device before each NCCL call, so that NCCL sees the device the
-// communicator belongs to, and afterwards forgets its per-thread record of the current context
-// (DeviceState::forget_thread_binding), so that the next cudarc call sets it again instead of trusting it.
+// and back. cudarc holds a context scope of the communicator's device across each NCCL call, so that NCCL
+// sees the device the communicator belongs to. Nothing needs forgetting afterwards: every later scope asks
+// the driver which context is current (Note [Context scope] in core/device_state.hpp), and work after an
+// NCCL call (the events of finish_access) binds again in a scope of its own.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -52,6 +53,13 @@ void* address(const detail::CollectiveBuffer& buffer) noexcept {
     return reinterpret_cast<void*>(static_cast<std::uintptr_t>(buffer.ptr));
 }
 
+// Runs an NCCL call with `device`'s context current (Note [NCCL and the current context]).
+template <typename Call>
+sys::NcclResult with_device(const DeviceState& device, Call&& call) {
+    const auto scope = device.bind();
+    return call();
+}
+
 // The innermost Group of this thread.
 thread_local Group* innermost_group = nullptr;
 
@@ -80,7 +88,6 @@ UniqueId UniqueId::create() {
     const sys::NcclApi& nccl = api();
     sys::NcclUniqueId raw{};
     const sys::NcclResult result = nccl.get_unique_id(&raw);
-    DeviceState::forget_thread_binding();  // Note [NCCL and the current context]
     if (result != sys::kNcclSuccess) throw nccl_error(nccl, "ncclGetUniqueId", result, nullptr, -1);
     UniqueId id;
     std::memcpy(id.bytes_.data(), raw.internal, kBytes);
@@ -139,8 +146,8 @@ std::vector<Communicator> Communicator::init_all(std::span<const Device> devices
     std::vector<sys::NcclComm> raw(ordinals.size(), nullptr);
     std::vector<Communicator> out;
     out.reserve(ordinals.size());
+    // Note [NCCL and the current context]: it sets each device in turn; nothing of cudarc's is bound here.
     const sys::NcclResult result = nccl.comm_init_all(raw.data(), count, ordinals.data());
-    DeviceState::forget_thread_binding();  // Note [NCCL and the current context]: it set each device
     // From here every communicator NCCL made is owned (and released on an exception).
     for (std::size_t i = 0; i < raw.size(); ++i) {
         if (raw[i] != nullptr) out.push_back(Communicator(devices[i].state(), raw[i]));
@@ -170,10 +177,10 @@ Communicator Communicator::init_rank(const Device& device, const UniqueId& id, i
     const sys::NcclApi& nccl = api();
     sys::NcclUniqueId raw_id{};
     std::memcpy(raw_id.internal, id.bytes().data(), UniqueId::kBytes);
-    device.state()->bind();  // NCCL takes its device from the current context
     sys::NcclComm raw = nullptr;
-    const sys::NcclResult result = nccl.comm_init_rank(&raw, count, raw_id, rank);
-    DeviceState::forget_thread_binding();  // Note [NCCL and the current context]
+    const sys::NcclResult result = with_device(*device.state(), [&] {
+        return nccl.comm_init_rank(&raw, count, raw_id, rank);  // NCCL takes its device from the context
+    });
     Communicator comm(device.state(), raw);
     comm.rank_ = rank;
     comm.world_size_ = count;
@@ -197,12 +204,10 @@ void Communicator::release() noexcept {
     const sys::NcclApi* nccl = sys::nccl_if_loaded();  // loaded: a communicator exists
     ::ncclComm* comm = std::exchange(comm_, nullptr);
     if (nccl == nullptr) return;
-    try {
-        device_->bind();
-    } catch (const Error& error) {
-        device_->defer(error);
-    }
-    bool abort = failed_;
+    // Note [NCCL and the current context]. A failure to bind is deferred; NCCL's calls then report theirs.
+    const auto scope = device_->bind_or_defer();
+    // Note: on a lost device (Note [Lost devices]) no finalize can flush anything: abort.
+    bool abort = failed_ || device_->lost();
     if (!abort) {
         sys::NcclResult async = sys::kNcclSuccess;
         const sys::NcclResult polled = nccl->comm_get_async_error(comm, &async);
@@ -221,7 +226,6 @@ void Communicator::release() noexcept {
         }
     }
     const sys::NcclResult result = abort ? nccl->comm_abort(comm) : nccl->comm_destroy(comm);
-    DeviceState::forget_thread_binding();  // Note [NCCL and the current context]
     if (result != sys::kNcclSuccess) {
         try {
             device_->defer(nccl_error(*nccl, abort ? "ncclCommAbort" : "ncclCommDestroy", result, nullptr,
@@ -283,9 +287,9 @@ void Communicator::prepare(Stream& stream, const char* what) {
         throw Error(fmt::format("{}: the stream is on device {}, the communicator on device {}", what,
                                 stream.device_ordinal(), device_->ordinal()));
     }
+    if (device_->lost()) device_->throw_lost();  // Note [Lost devices]: before anything is enqueued
     check_async_error();
     if (Group* group = Group::innermost()) group->note(device_);
-    device_->bind();  // Note [NCCL and the current context]
 }
 
 void Communicator::check_buffer(const detail::CollectiveBuffer& buffer, const char* what,
@@ -326,7 +330,8 @@ void Communicator::track_one(Stream& stream, const detail::CollectiveBuffer& buf
 void Communicator::finish(Stream& stream, const detail::CollectiveBuffer& send,
                           const detail::CollectiveBuffer& recv) noexcept {
     if (Group::innermost() != nullptr) return;  // the group finishes its accesses when it ends
-    stream.state().device().bind_noexcept();    // Note [NCCL and the current context]
+    // Note [NCCL and the current context]: the events are recorded in a scope of their own.
+    const auto scope = stream.state().device().bind_or_defer();
     cudarc::detail::finish_access(stream, *send.buffer);
     if (recv.buffer != send.buffer) cudarc::detail::finish_access(stream, *recv.buffer);
 }
@@ -341,10 +346,10 @@ void Communicator::run_all_reduce(Stream& stream, const detail::CollectiveBuffer
     check_buffer(recv, what, "receive buffer");
     detail::check_same_count(what, send.count, recv.count);
     track(stream, send, recv);
-    const sys::NcclResult result =
-        api().all_reduce(address(send), address(recv), recv.count, detail::nccl_data_type(recv.type),
-                         detail::nccl_reduce_op(op), comm_, stream.native());
-    DeviceState::forget_thread_binding();
+    const sys::NcclResult result = with_device(*device_, [&] {
+        return api().all_reduce(address(send), address(recv), recv.count, detail::nccl_data_type(recv.type),
+                                detail::nccl_reduce_op(op), comm_, stream.native());
+    });
     finish(stream, send, recv);
     check_result(result, "ncclAllReduce");
 }
@@ -359,10 +364,10 @@ void Communicator::run_broadcast(Stream& stream, const detail::CollectiveBuffer&
     detail::check_root(what, root, world_size_);
     // Note: only the root reads its send buffer; tracking it on every rank only adds ordering.
     track(stream, send, recv);
-    const sys::NcclResult result =
-        api().broadcast(address(send), address(recv), recv.count, detail::nccl_data_type(recv.type), root,
-                        comm_, stream.native());
-    DeviceState::forget_thread_binding();
+    const sys::NcclResult result = with_device(*device_, [&] {
+        return api().broadcast(address(send), address(recv), recv.count, detail::nccl_data_type(recv.type),
+                               root, comm_, stream.native());
+    });
     finish(stream, send, recv);
     check_result(result, "ncclBroadcast");
 }
@@ -376,10 +381,10 @@ void Communicator::run_reduce(Stream& stream, const detail::CollectiveBuffer& se
     detail::check_same_count(what, send.count, recv.count);
     detail::check_root(what, root, world_size_);
     track(stream, send, recv);
-    const sys::NcclResult result =
-        api().reduce(address(send), address(recv), recv.count, detail::nccl_data_type(recv.type),
-                     detail::nccl_reduce_op(op), root, comm_, stream.native());
-    DeviceState::forget_thread_binding();
+    const sys::NcclResult result = with_device(*device_, [&] {
+        return api().reduce(address(send), address(recv), recv.count, detail::nccl_data_type(recv.type),
+                            detail::nccl_reduce_op(op), root, comm_, stream.native());
+    });
     finish(stream, send, recv);
     check_result(result, "ncclReduce");
 }
@@ -392,9 +397,10 @@ void Communicator::run_all_gather(Stream& stream, const detail::CollectiveBuffer
     check_buffer(recv, what, "receive buffer");
     detail::check_gather_counts(what, send.count, recv.count, world_size_);
     track(stream, send, recv);
-    const sys::NcclResult result = api().all_gather(
-        address(send), address(recv), send.count, detail::nccl_data_type(recv.type), comm_, stream.native());
-    DeviceState::forget_thread_binding();
+    const sys::NcclResult result = with_device(*device_, [&] {
+        return api().all_gather(address(send), address(recv), send.count, detail::nccl_data_type(recv.type),
+                                comm_, stream.native());
+    });
     finish(stream, send, recv);
     check_result(result, "ncclAllGather");
 }
@@ -407,10 +413,11 @@ void Communicator::run_reduce_scatter(Stream& stream, const detail::CollectiveBu
     check_buffer(recv, what, "receive buffer");
     detail::check_scatter_counts(what, send.count, recv.count, world_size_);
     track(stream, send, recv);
-    const sys::NcclResult result =
-        api().reduce_scatter(address(send), address(recv), recv.count, detail::nccl_data_type(recv.type),
-                             detail::nccl_reduce_op(op), comm_, stream.native());
-    DeviceState::forget_thread_binding();
+    const sys::NcclResult result = with_device(*device_, [&] {
+        return api().reduce_scatter(address(send), address(recv), recv.count,
+                                    detail::nccl_data_type(recv.type), detail::nccl_reduce_op(op), comm_,
+                                    stream.native());
+    });
     finish(stream, send, recv);
     check_result(result, "ncclReduceScatter");
 }
@@ -421,9 +428,10 @@ void Communicator::run_send(Stream& stream, const detail::CollectiveBuffer& data
     check_buffer(data, what, "send buffer");
     detail::check_peer(what, peer, world_size_);
     track_one(stream, data, Access::read);
-    const sys::NcclResult result = api().send(address(data), data.count, detail::nccl_data_type(data.type),
-                                              peer, comm_, stream.native());
-    DeviceState::forget_thread_binding();
+    const sys::NcclResult result = with_device(*device_, [&] {
+        return api().send(address(data), data.count, detail::nccl_data_type(data.type), peer, comm_,
+                          stream.native());
+    });
     finish(stream, data, data);
     check_result(result, "ncclSend");
 }
@@ -434,9 +442,10 @@ void Communicator::run_recv(Stream& stream, const detail::CollectiveBuffer& data
     check_buffer(data, what, "receive buffer");
     detail::check_peer(what, peer, world_size_);
     track_one(stream, data, Access::write);
-    const sys::NcclResult result = api().recv(address(data), data.count, detail::nccl_data_type(data.type),
-                                              peer, comm_, stream.native());
-    DeviceState::forget_thread_binding();
+    const sys::NcclResult result = with_device(*device_, [&] {
+        return api().recv(address(data), data.count, detail::nccl_data_type(data.type), peer, comm_,
+                          stream.native());
+    });
     finish(stream, data, data);
     check_result(result, "ncclRecv");
 }
@@ -490,11 +499,11 @@ void Group::end() {
     }
     // Note: the group must end whatever happened above: ncclGroupStart and ncclGroupEnd pair up per thread.
     const sys::NcclApi& nccl = api();
+    // Note [NCCL and the current context]: it launches on each communicator's device.
     const sys::NcclResult result = nccl.group_end();
-    DeviceState::forget_thread_binding();  // Note [NCCL and the current context]: it launched on each device
     // The operations are on their streams now: record the events later waiters reuse (Note [Eager events]).
     for (const PendingAccess& access : pending_) {
-        access.stream->state().device().bind_noexcept();
+        const auto scope = access.stream->state().device().bind_or_defer();
         cudarc::detail::finish_access(*access.stream, *access.buffer);
     }
     pending_.clear();

@@ -3,21 +3,52 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "cudarc/error.hpp"
 
 namespace cudarc::optim::detail {
 namespace {
 
-std::size_t align_up(std::size_t value) noexcept {
-    return (value + kRegionAlignment - 1) / kRegionAlignment * kRegionAlignment;
+constexpr std::size_t kMaxSize = std::numeric_limits<std::size_t>::max();
+
+[[noreturn]] void throw_overflow(std::size_t tensor, std::int64_t numel) {
+    throw Error(
+        fmt::format("cudarc::optim: tensor {} ({} elements) needs more optimizer state than fits in "
+                    "{} bytes: the size overflows",
+                    tensor, numel, kMaxSize));
 }
+
+// `count` elements of `element` bytes, checked: the state of tensor `tensor`.
+std::size_t state_bytes(std::size_t tensor, std::int64_t numel, std::size_t count, std::size_t element) {
+    if (count > kMaxSize / element) throw_overflow(tensor, numel);
+    return count * element;
+}
+
+constexpr std::size_t ceil_div(std::size_t value, std::size_t divisor) noexcept {
+    return value / divisor + (value % divisor != 0 ? 1 : 0);
+}
+// Note: fits for every value below 2^63 (an int64 element count) and a multiple below 2^32.
+constexpr std::size_t round_up(std::size_t value, std::size_t multiple) noexcept {
+    return ceil_div(value, multiple) * multiple;
+}
+
+// The alignments of the third state and of its absmax values (cudarc_optim::state3_offset and
+// absmax3_offset, computed here without their wrap-around near INT64_MAX).
+constexpr std::size_t kState3Alignment = 256;
+constexpr std::size_t kAbsmax3Alignment = 64;
+static_assert(round_up(1000, kState3Alignment) == cudarc_optim::state3_offset(1000) &&
+                  round_up(ceil_div(1000, 256), kAbsmax3Alignment) == cudarc_optim::absmax3_offset(1000) &&
+                  round_up(ceil_div(70000, 256), kAbsmax3Alignment) == cudarc_optim::absmax3_offset(70000),
+              "the layout's third-state offsets follow the kernels'");
 
 // Reserves `bytes` at the arena's end and returns its offset. Note: an empty tensor's regions still
 // take one aligned slot each, so no two regions ever share an address.
-std::size_t reserve(std::size_t& end, std::size_t bytes) noexcept {
+std::size_t reserve(std::size_t& end, std::size_t bytes, std::size_t tensor, std::int64_t numel) {
     const std::size_t offset = end;
-    end = align_up(end + std::max<std::size_t>(bytes, 1));
+    const std::size_t size = std::max<std::size_t>(bytes, 1);
+    if (size > kMaxSize - end - kRegionAlignment) throw_overflow(tensor, numel);
+    end = (end + size + kRegionAlignment - 1) / kRegionAlignment * kRegionAlignment;
     return offset;
 }
 
@@ -78,27 +109,36 @@ GroupLayout plan_group(StatePrecision precision, StateShape shape, std::span<con
         t.type = types[i];
         t.numel = numels[i];
         const auto n = static_cast<std::size_t>(numels[i]);
+        const std::int64_t numel = numels[i];
         t.begin = end;
-        // With a third state, state1's region holds it too, state3_offset(n) elements on.
+        // With a third state, state1's region holds it too, state3_offset(n) elements on. Note: sizes are
+        // computed in size_t without numel + k (which wraps near INT64_MAX) and checked before use.
         const bool third = shape.third && state_count >= 1;
-        const auto third_at = static_cast<std::size_t>(cudarc_optim::state3_offset(numels[i]));
+        const std::size_t third_at = round_up(n, kState3Alignment);  // cudarc_optim::state3_offset
         if (state_count >= 1) {
-            t.state1 = reserve(end, (third ? third_at + n : n) * state_element);
+            if (third && n > kMaxSize - third_at) throw_overflow(i, numel);
+            t.state1 = reserve(end, state_bytes(i, numel, third ? third_at + n : n, state_element), i, numel);
             if (third) t.state3 = t.state1 + third_at * state_element;
         }
-        if (state_count >= 2) t.state2 = reserve(end, n * state_element);
+        if (state_count >= 2) t.state2 = reserve(end, state_bytes(i, numel, n, state_element), i, numel);
         if (precision == StatePrecision::blockwise8) {
-            const auto blocks = static_cast<std::size_t>(abi::absmax_count(numels[i]));
-            const auto third_absmax_at = static_cast<std::size_t>(cudarc_optim::absmax3_offset(numels[i]));
+            const std::size_t blocks = ceil_div(n, static_cast<std::size_t>(abi::kQuantBlock));
+            // cudarc_optim::absmax3_offset; blocks < 2^56, so nothing here wraps.
+            const std::size_t third_absmax_at = round_up(blocks, kAbsmax3Alignment);
             if (state_count >= 1) {
-                t.absmax1 = reserve(end, (third ? third_absmax_at + blocks : blocks) * sizeof(float));
+                t.absmax1 = reserve(
+                    end, state_bytes(i, numel, third ? third_absmax_at + blocks : blocks, sizeof(float)), i,
+                    numel);
                 if (third) t.absmax3 = t.absmax1 + third_absmax_at * sizeof(float);
             }
-            if (state_count >= 2) t.absmax2 = reserve(end, blocks * sizeof(float));
+            if (state_count >= 2)
+                t.absmax2 = reserve(end, state_bytes(i, numel, blocks, sizeof(float)), i, numel);
         }
-        t.unorm = reserve(
-            end, static_cast<std::size_t>(abi::unorm_workspace_floats(numels[i], precision, shape.norms)) *
-                     sizeof(float));
+        // abi::unorm_workspace_floats: `norms` sums, then `norms` partial sums per tile (norms <= 2, and
+        // fewer than 2^63 tiles, so the product fits).
+        const std::size_t tiles = ceil_div(n, static_cast<std::size_t>(abi::tile_elements(precision)));
+        const std::size_t unorm_floats = static_cast<std::size_t>(shape.norms) * (1 + tiles);
+        t.unorm = reserve(end, state_bytes(i, numel, unorm_floats, sizeof(float)), i, numel);
         t.end = end;
     }
     layout.arena_bytes = end;
@@ -119,9 +159,10 @@ GroupLayout plan_group(StatePrecision precision, StateShape shape, std::span<con
         sizes.reserve(bucket.tensors.size());
         for (const std::size_t i : bucket.tensors) sizes.push_back(layout.tensors[i].numel);
         bucket.chunks = abi::make_chunks(sizes, precision, max_chunk_elements);
-        bucket.descs_offset = reserve(table_end, bucket.tensors.size() * sizeof(abi::TensorDesc));
+        // Note: make_chunks bounds the chunk count by an int, so these products cannot overflow.
+        bucket.descs_offset = reserve(table_end, bucket.tensors.size() * sizeof(abi::TensorDesc), 0, 0);
         bucket.chunks_offset =
-            reserve(table_end, std::max<std::size_t>(1, bucket.chunks.size()) * sizeof(abi::Chunk));
+            reserve(table_end, std::max<std::size_t>(1, bucket.chunks.size()) * sizeof(abi::Chunk), 0, 0);
     }
     layout.table_bytes = table_end;
     return layout;

@@ -247,11 +247,28 @@ std::vector<Chunk> make_chunks(std::span<const std::int64_t> numels, StatePrecis
     const std::int64_t limit =
         std::min<std::int64_t>(max_chunk_elements, std::numeric_limits<std::int32_t>::max());
     const std::int64_t chunk = std::max(tile, limit / tile * tile);
-    std::vector<Chunk> chunks;
+    // Count first (ceil without numel + chunk - 1, which wraps near INT64_MAX): the kernels take the
+    // count as an int, and a table too long for that must fail before anything is allocated.
+    constexpr std::int64_t kMaxChunks = std::numeric_limits<std::int32_t>::max();
+    std::int64_t count = 0;
     for (std::size_t i = 0; i < numels.size(); ++i) {
         if (numels[i] < 0)
             throw Error(fmt::format("cudarc: tensor {} has a negative size ({})", i, numels[i]));
-        for (std::int64_t offset = 0; offset < numels[i]; offset += chunk) {
+        count += numels[i] / chunk + (numels[i] % chunk != 0 ? 1 : 0);
+        if (count > kMaxChunks) {
+            throw Error(
+                fmt::format("cudarc::optim: tensors 0..{} ({} elements in tensor {}) need more than {} "
+                            "chunks of {} elements, "
+                            "more than one multi-tensor launch can index",
+                            i, numels[i], i, kMaxChunks, chunk));
+        }
+    }
+    std::vector<Chunk> chunks;
+    chunks.reserve(static_cast<std::size_t>(count));
+    for (std::size_t i = 0; i < numels.size(); ++i) {
+        // Note: the last step is what is left, so offset stops at numels[i] instead of stepping past it
+        // (which could wrap).
+        for (std::int64_t offset = 0; offset < numels[i]; offset += std::min(chunk, numels[i] - offset)) {
             chunks.push_back(Chunk{static_cast<std::int32_t>(i),
                                    static_cast<std::int32_t>(std::min(chunk, numels[i] - offset)), offset});
         }

@@ -11,11 +11,13 @@
 //              and the lowered names (count u64, then expression, lowered name per entry)
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
 
+#include "cudarc/kernel_cache.hpp"
 #include "cudarc/nvrtc.hpp"
 #include "rtc/hash128.hpp"
 
@@ -35,14 +37,30 @@ inline constexpr std::size_t kCacheHeaderBytes = 56;
                                                                std::string& why);
 
 // Reads and decodes `path`. nullopt with `why` empty: no such file (a plain miss); with `why`
-// set: the file exists but cannot be used.
-[[nodiscard]] std::optional<CompiledProgram> read_cache_file(const std::filesystem::path& path,
-                                                             const Hash128& key, std::string& why);
+// set: the file exists but cannot be used. Only a regular file (a symbolic link is followed) of at most
+// `max_bytes` is read; anything else (a FIFO, a device, a folder, a huge file) is refused without reading
+// or blocking. Never throws.
+[[nodiscard]] std::optional<CompiledProgram> read_cache_file(
+    const std::filesystem::path& path, const Hash128& key, std::string& why,
+    std::size_t max_bytes = KernelCache::kMaxEntryBytes);
 
-// Writes atomically: the bytes go to a temporary file in the same folder, which is then renamed
-// over `path`, so a reader (or a concurrent writer) sees the old file or the new one, never a mix.
-// Returns false with the reason in `why`; never throws for I/O failures.
+// Writes atomically: the bytes go to a temporary file in the same folder ("NAME.tmp.PID.N"), which is
+// flushed to disk (fsync) and then renamed over `path`, so a reader (or a concurrent writer) sees the old
+// file or the new one, never a mix, even after a crash. Returns false with the reason in `why` (a file of
+// more than `max_bytes` is not written); never throws.
 bool write_cache_file(const std::filesystem::path& path, const Hash128& key, const CompiledProgram& program,
-                      std::string& why);
+                      std::string& why, std::size_t max_bytes = KernelCache::kMaxEntryBytes);
+
+// Marks an entry as just used (its modification time), for least-recently-used eviction. Best effort.
+void touch_cache_file(const std::filesystem::path& path) noexcept;
+
+// Removes temporary files of writers that were killed: "*.tmp.PID.N" whose process is gone, or older than
+// an hour (a writer on another machine sharing the folder). Best effort, never throws.
+void remove_stale_temporaries(const std::filesystem::path& directory) noexcept;
+
+// Removes the least recently used entries ("*.kernel", oldest modification time first) until the entries
+// take at most `max_bytes`, never `keep`. Best effort, never throws.
+void evict_least_recently_used(const std::filesystem::path& directory, std::size_t max_bytes,
+                               const std::filesystem::path& keep) noexcept;
 
 }  // namespace cudarc::rtc

@@ -24,7 +24,7 @@ int function_attribute(const DeviceState& device, sys::Function function, int at
     int value = 0;
     const sys::Result result = device.api().func_get_attribute(&value, attribute, function);
     if (result != sys::kSuccess)
-        throw detail::driver_error(device, fmt::format("cuFuncGetAttribute ({})", what), result);
+        detail::throw_driver_error(device, fmt::format("cuFuncGetAttribute ({})", what), result);
     return value;
 }
 
@@ -50,7 +50,7 @@ int Function::device_ordinal() const noexcept {
 
 FunctionAttributes Function::attributes() const {
     if (empty()) throw_empty("attributes");
-    device_->bind();
+    const auto scope = device_->bind();
     namespace fa = sys::func_attr;
     FunctionAttributes out;
     out.registers = function_attribute(*device_, handle_, fa::kNumRegs, "registers");
@@ -69,7 +69,7 @@ FunctionAttributes Function::attributes() const {
 
 void Function::set_max_dynamic_shared_memory(std::size_t bytes) const {
     if (empty()) throw_empty("set_max_dynamic_shared_memory");
-    device_->bind();
+    const auto scope = device_->bind();
     const sys::DriverApi& api = device_->api();
     int opt_in = 0;
     device_->check(
@@ -94,7 +94,7 @@ void Function::set_max_dynamic_shared_memory(std::size_t bytes) const {
     const sys::Result result =
         api.func_set_attribute(handle_, sys::func_attr::kMaxDynamicSharedSizeBytes, static_cast<int>(bytes));
     if (result != sys::kSuccess) {
-        throw detail::driver_error(
+        detail::throw_driver_error(
             *device_,
             fmt::format("cuFuncSetAttribute (kernel '{}', max dynamic shared memory {} bytes)", name(),
                         bytes),
@@ -110,7 +110,7 @@ int Function::max_active_blocks_per_multiprocessor(unsigned block_size,
             fmt::format("cudarc: Function::max_active_blocks_per_multiprocessor: block size {} is not valid",
                         block_size));
     }
-    device_->bind();
+    const auto scope = device_->bind();
     const sys::DriverApi& api = device_->api();
     auto occupancy = sys::require(api, api.occupancy_max_active_blocks_per_multiprocessor,
                                   "cuOccupancyMaxActiveBlocksPerMultiprocessor");
@@ -118,7 +118,7 @@ int Function::max_active_blocks_per_multiprocessor(unsigned block_size,
     const sys::Result result =
         occupancy(&blocks, handle_, static_cast<int>(block_size), dynamic_shared_bytes);
     if (result != sys::kSuccess) {
-        throw detail::driver_error(
+        detail::throw_driver_error(
             *device_,
             fmt::format("cuOccupancyMaxActiveBlocksPerMultiprocessor (kernel '{}', block {}, "
                         "{} bytes dynamic shared memory)",
@@ -132,7 +132,7 @@ std::optional<std::vector<std::size_t>> Function::parameter_sizes() const {
     if (empty()) throw_empty("parameter_sizes");
     const sys::DriverApi& api = device_->api();
     if (api.func_get_param_info == nullptr) return std::nullopt;
-    device_->bind();
+    const auto scope = device_->bind();
     // Note: the driver has no count query; indices past the last parameter answer CUDA_ERROR_INVALID_VALUE.
     // A CUDA kernel has at most 32764 bytes of parameters, so the loop is bounded.
     constexpr std::size_t kMaxParameters = 32764;

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <limits>
 #include <mutex>
 #include <unordered_map>
 
@@ -118,21 +119,80 @@ const char* to_string(CacheSource source) noexcept {
 
 struct KernelCache::State {
     std::optional<std::filesystem::path> directory;
+    std::size_t max_bytes = kDefaultMaxBytes;
+    std::string configuration_note;  // a CUDARC_CACHE_MAX_BYTES value that was not understood
     mutable std::mutex mutex;
     // Note: shared_ptr so that a hit copies out under the lock without the map's node staying
     // borrowed, and clear_memory() cannot pull an entry from under a reader.
     std::unordered_map<rtc::Hash128, std::shared_ptr<const CompiledProgram>, HashOfHash> entries;
 };
 
-KernelCache::KernelCache(std::optional<std::filesystem::path> directory) : state_(std::make_unique<State>()) {
+KernelCache::KernelCache(std::optional<std::filesystem::path> directory, std::size_t max_bytes)
+    : state_(std::make_unique<State>()) {
     state_->directory = std::move(directory);
+    state_->max_bytes = max_bytes;
 }
 
 KernelCache::~KernelCache() = default;
 
 KernelCache& KernelCache::process_cache() {
-    static KernelCache cache(directory_from_environment());
+    struct Limit {
+        std::size_t max_bytes = kDefaultMaxBytes;
+        std::string note;  // a value that was not understood
+    };
+    static const Limit limit = [] {
+        Limit out;
+        try {
+            out.max_bytes = max_bytes_from(sys::env_or_empty("CUDARC_CACHE_MAX_BYTES"));
+        } catch (const Error& e) {
+            out.note = std::string(e.what()) + "; the default applies";
+        }
+        return out;
+    }();
+    static KernelCache cache(directory_from_environment(), limit.max_bytes);
+    static const bool noted = [] {
+        cache.state_->configuration_note = limit.note;
+        return true;
+    }();
+    static_cast<void>(noted);
     return cache;
+}
+
+std::size_t KernelCache::max_bytes_from(std::string_view value) {
+    if (value.empty()) return kDefaultMaxBytes;
+    const auto bad = [&] {
+        return Error("cudarc: CUDARC_CACHE_MAX_BYTES=\"" + std::string(value) +
+                     "\" is not a size: give a byte count, optionally with K, M or G (e.g. 512M)");
+    };
+    std::size_t shift = 0;
+    std::string_view digits = value;
+    switch (digits.back()) {
+        case 'k':
+        case 'K':
+            shift = 10;
+            break;
+        case 'm':
+        case 'M':
+            shift = 20;
+            break;
+        case 'g':
+        case 'G':
+            shift = 30;
+            break;
+        default:
+            break;
+    }
+    if (shift != 0) digits.remove_suffix(1);
+    if (digits.empty()) throw bad();
+    std::size_t bytes = 0;
+    for (const char c : digits) {
+        if (c < '0' || c > '9') throw bad();
+        const auto digit = static_cast<std::size_t>(c - '0');
+        if (bytes > (std::numeric_limits<std::size_t>::max() - digit) / 10) throw bad();
+        bytes = bytes * 10 + digit;
+    }
+    if (bytes > (std::numeric_limits<std::size_t>::max() >> shift)) throw bad();
+    return bytes << shift;
 }
 
 std::optional<std::filesystem::path> KernelCache::directory_from_environment() {
@@ -179,10 +239,13 @@ CachedProgram KernelCache::compile(const Program& program, const CompileOptions&
         }
     }
 
+    std::string ignored;  // why a file at the entry's path was not used
     if (state_->directory) {
         out.file = entry_path(*state_->directory, key);
         std::string why;
-        if (auto stored = rtc::read_cache_file(out.file, key, why)) {
+        if (auto stored =
+                rtc::read_cache_file(out.file, key, why, std::min(state_->max_bytes, kMaxEntryBytes))) {
+            rtc::touch_cache_file(out.file);  // recently used: evicted last
             auto entry = std::make_shared<const CompiledProgram>(std::move(*stored));
             out.program = *entry;
             out.source = CacheSource::disk;
@@ -190,23 +253,34 @@ CachedProgram KernelCache::compile(const Program& program, const CompileOptions&
             state_->entries.emplace(key, std::move(entry));
             return out;
         }
-        if (!why.empty())
-            out.disk_note = "ignored " + out.file.string() + ": " + why + "; recompiled and rewrote it";
+        if (!why.empty()) ignored = "ignored " + out.file.string() + ": " + why;
     }
 
     out.program = program.compile(options);
     out.source = CacheSource::compiled;
     if (state_->directory) {
-        std::error_code ec;
-        std::filesystem::create_directories(*state_->directory, ec);
         std::string why;
-        if (ec) {
-            why = "cannot create " + state_->directory->string() + ": " + ec.message();
-        } else {
-            static_cast<void>(rtc::write_cache_file(out.file, key, out.program, why));
+        try {
+            std::error_code ec;
+            std::filesystem::create_directories(*state_->directory, ec);
+            if (ec) {
+                why = "cannot create " + state_->directory->string() + ": " + ec.message();
+            } else if (rtc::write_cache_file(out.file, key, out.program, why,
+                                             std::min(state_->max_bytes, kMaxEntryBytes))) {
+                rtc::remove_stale_temporaries(*state_->directory);
+                rtc::evict_least_recently_used(*state_->directory, state_->max_bytes, out.file);
+            }
+        } catch (const std::exception& e) {  // out of memory: a disk problem like any other
+            why = e.what();
         }
-        if (!why.empty())
-            out.disk_note += (out.disk_note.empty() ? "" : "; ") + std::string("not stored: ") + why;
+        if (!ignored.empty()) {
+            out.disk_note = ignored + (why.empty() ? "; recompiled and rewrote it"
+                                                   : "; recompiled it, but could not rewrite it: " + why);
+        } else if (!why.empty()) {
+            out.disk_note = "not stored: " + why;
+        }
+        if (!state_->configuration_note.empty())
+            out.disk_note += (out.disk_note.empty() ? "" : "; ") + state_->configuration_note;
     }
     std::lock_guard lock(state_->mutex);
     state_->entries.emplace(key, std::make_shared<const CompiledProgram>(out.program));
@@ -235,6 +309,10 @@ std::size_t KernelCache::memory_entries() const {
 
 const std::optional<std::filesystem::path>& KernelCache::directory() const noexcept {
     return state_->directory;
+}
+
+std::size_t KernelCache::max_bytes() const noexcept {
+    return state_->max_bytes;
 }
 
 CachedProgram compile_cached(const Program& program, const CompileOptions& options) {

@@ -104,6 +104,25 @@ sys::Result launch_with_attributes(const sys::DriverApi& api, const LaunchConfig
                                        const Function& function, sys::Result result) {
     const sys::DriverApi& api = device.api();
     if (result == sys::kErrorInvalidValue && config.shared_mem_bytes > 0) {
+        // More than a block can have on this device at all: no call can allow it, so say what the maximum is.
+        int device_limit = 0;
+        int static_bytes = 0;
+        if (api.device_get_attribute(&device_limit, sys::attr::kMaxSharedMemoryPerBlockOptin,
+                                     device.device()) == sys::kSuccess &&
+            device_limit > 0 &&
+            api.func_get_attribute(&static_bytes, sys::func_attr::kSharedSizeBytes, function.native()) ==
+                sys::kSuccess &&
+            static_cast<unsigned long long>(config.shared_mem_bytes) +
+                    static_cast<unsigned>(std::max(static_bytes, 0)) >
+                static_cast<unsigned>(device_limit)) {
+            throw Error(fmt::format(
+                "cudarc::launch: kernel '{}' was launched with {} bytes of dynamic shared memory, but a "
+                "block on "
+                "device {} can have at most {} bytes of shared memory, and the kernel's static shared memory "
+                "takes {} of them: use at most {} bytes, or spread the work over more blocks",
+                function.name(), config.shared_mem_bytes, device.ordinal(), device_limit, static_bytes,
+                device_limit > static_bytes ? device_limit - static_bytes : 0));
+        }
         // The most common cause: more dynamic shared memory than the kernel was allowed.
         int allowed = 0;
         if (api.func_get_attribute(&allowed, sys::func_attr::kMaxDynamicSharedSizeBytes, function.native()) ==
@@ -117,7 +136,7 @@ sys::Result launch_with_attributes(const sys::DriverApi& api, const LaunchConfig
         }
     }
     const char* call = config.has_attributes() ? "cuLaunchKernelEx" : "cuLaunchKernel";
-    throw driver_error(device, fmt::format("{} (kernel '{}', {})", call, function.name(), describe(config)),
+    throw_driver_error(device, fmt::format("{} (kernel '{}', {})", call, function.name(), describe(config)),
                        result);
 }
 
@@ -168,7 +187,7 @@ void launch_packed(const Stream& stream, const LaunchConfig& config, const Funct
                                           a.bytes, a.access);
     }
 
-    device.bind();
+    const auto scope = device.bind();
     const sys::DriverApi& api = device.api();
     sys::Result result = sys::kSuccess;
     if (!config.has_attributes()) [[likely]] {
@@ -235,7 +254,9 @@ LaunchConfig LaunchConfig::for_elements(std::size_t n, DeviceShape shape, unsign
         blocks_per_sm != 0 ? blocks_per_sm : std::max(1u, shape.max_threads_per_multiprocessor / block_size);
     const unsigned long long resident =
         static_cast<unsigned long long>(shape.multiprocessors) * per_multiprocessor;
-    const unsigned long long needed = std::max<unsigned long long>(1, (n + block_size - 1) / block_size);
+    // Note: n / block rounded up without forming n + block - 1, which wraps for n near SIZE_MAX.
+    const unsigned long long needed =
+        std::max<unsigned long long>(1, n / block_size + (n % block_size != 0 ? 1 : 0));
     const auto blocks = static_cast<unsigned>(std::min({needed, resident, 0x7fffffffull}));
     return LaunchConfig{Dim3(blocks), Dim3(block_size)};
 }

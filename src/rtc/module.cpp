@@ -26,15 +26,15 @@ using detail::ModuleState;
 
 namespace detail {
 
-Error driver_error(const DeviceState& device, const std::string& call_in_context, sys::Result result) {
+void throw_driver_error(const DeviceState& device, const std::string& call_in_context, sys::Result result) {
     const sys::DriverApi& api = device.api();
     const char* name = nullptr;
     const char* text = nullptr;
     if (api.get_error_name == nullptr || api.get_error_name(result, &name) != sys::kSuccess) name = nullptr;
     if (api.get_error_string == nullptr || api.get_error_string(result, &text) != sys::kSuccess)
         text = nullptr;
-    return Error(call_in_context, result, name != nullptr ? name : "unknown error code",
-                 text != nullptr ? text : "no description", device.ordinal(), api.backend);
+    device.throw_error(Error(call_in_context, result, name != nullptr ? name : "unknown error code",
+                             text != nullptr ? text : "no description", device.ordinal(), api.backend));
 }
 
 }  // namespace detail
@@ -75,7 +75,7 @@ Module::~Module() = default;
 Module Module::load(const Device& device, const void* image, std::string origin,
                     std::map<std::string, std::string> lowered_names, std::string arch) {
     const std::shared_ptr<DeviceState>& state = device.state();
-    state->bind();
+    const auto scope = state->bind();
     sys::Module handle = nullptr;
     const sys::Result result = state->api().module_load_data(&handle, image);
     if (result != sys::kSuccess) {
@@ -86,7 +86,7 @@ Module Module::load(const Device& device, const void* image, std::string origin,
             context += fmt::format(" [compile for {} or load PTX, which the driver compiles for the device]",
                                    device.arch());
         }
-        throw detail::driver_error(*state, context, result);
+        detail::throw_driver_error(*state, context, result);
     }
     return Module(std::make_shared<ModuleState>(state, handle, std::move(origin), std::move(lowered_names),
                                                 std::move(arch)));
@@ -201,7 +201,7 @@ Function Module::function(std::string_view name) const {
     DeviceState& device = module.device();
     const std::string wanted(name);
     const std::string symbol = module.symbol_for(wanted);
-    device.bind();
+    const auto scope = device.bind();
     sys::Function handle = nullptr;
     const sys::Result result = device.api().module_get_function(&handle, module.handle(), symbol.c_str());
     if (result == sys::kErrorNotFound || result == sys::kErrorInvalidValue) {
@@ -222,7 +222,7 @@ Function Module::function(std::string_view name) const {
                                 module.origin(), device.ordinal(), hint));
     }
     if (result != sys::kSuccess) {
-        throw detail::driver_error(
+        detail::throw_driver_error(
             device, fmt::format("cuModuleGetFunction ('{}' in {})", wanted, module.origin()), result);
     }
     auto record =
@@ -234,7 +234,7 @@ bool Module::has_function(std::string_view name) const {
     if (!state_) throw_moved_from();
     DeviceState& device = state_->device();
     const std::string symbol = state_->symbol_for(std::string(name));
-    device.bind();
+    const auto scope = device.bind();
     sys::Function handle = nullptr;
     const sys::Result result = device.api().module_get_function(&handle, state_->handle(), symbol.c_str());
     if (result == sys::kErrorNotFound || result == sys::kErrorInvalidValue) return false;
@@ -247,7 +247,7 @@ GlobalSymbol Module::global(std::string_view name) const {
     DeviceState& device = state_->device();
     const std::string wanted(name);
     const std::string symbol = state_->symbol_for(wanted);
-    device.bind();
+    const auto scope = device.bind();
     GlobalSymbol out;
     const sys::Result result =
         device.api().module_get_global(&out.address, &out.bytes, state_->handle(), symbol.c_str());
@@ -258,7 +258,7 @@ GlobalSymbol Module::global(std::string_view name) const {
                         wanted, state_->origin(), device.ordinal()));
     }
     if (result != sys::kSuccess) {
-        throw detail::driver_error(
+        detail::throw_driver_error(
             device, fmt::format("cuModuleGetGlobal ('{}' in {})", wanted, state_->origin()), result);
     }
     return out;
@@ -288,7 +288,7 @@ void Module::copy_to_global_bytes(Stream& stream, std::string_view name, const v
     if (!state_) throw_moved_from();
     const GlobalSymbol global = checked_global(*this, *state_, stream, name, bytes, "copy_to_global");
     DeviceState& device = state_->device();
-    device.bind();
+    const auto scope = device.bind();
     device.check(device.api().memcpy_htod_async(global.address, src, bytes, stream.native()),
                  "cuMemcpyHtoDAsync");
 }
@@ -298,7 +298,7 @@ void Module::copy_from_global_bytes(Stream& stream, std::string_view name, void*
     if (!state_) throw_moved_from();
     const GlobalSymbol global = checked_global(*this, *state_, stream, name, bytes, "copy_from_global");
     DeviceState& device = state_->device();
-    device.bind();
+    const auto scope = device.bind();
     const sys::DriverApi& api = device.api();
     device.check(api.memcpy_dtoh_async(dst, global.address, bytes, stream.native()), "cuMemcpyDtoHAsync");
     // Note: into pageable memory the copy has returned with the data (no synchronize needed); only

@@ -24,13 +24,8 @@ class ModuleState {
     ModuleState(const ModuleState&) = delete;
     ModuleState& operator=(const ModuleState&) = delete;
     ~ModuleState() {
-        try {
-            device_->bind();
-            device_->defer(device_->api().module_unload(handle_), "cuModuleUnload");
-        } catch (const Error& error) {
-            device_->defer(error);
-        } catch (...) {
-        }
+        const auto scope = device_->bind_or_defer();
+        device_->defer(device_->api().module_unload(handle_), "cuModuleUnload");
     }
 
     [[nodiscard]] DeviceState& device() const noexcept { return *device_; }
@@ -62,9 +57,9 @@ struct FunctionRecord {
     std::string symbol;  // as found
 };
 
-// A driver error with the call described in context ("cuLaunchKernel (kernel 'saxpy', grid ...)"), keeping
-// the result code and name.
-[[nodiscard]] Error driver_error(const DeviceState& device, const std::string& call_in_context,
-                                 sys::Result result);
+// Throws a driver error with the call described in context ("cuLaunchKernel (kernel 'saxpy', grid ...)"),
+// keeping the result code and name (DeviceLost for a sticky error: see Note [Lost devices]).
+[[noreturn]] void throw_driver_error(const DeviceState& device, const std::string& call_in_context,
+                                     sys::Result result);
 
 }  // namespace cudarc::detail

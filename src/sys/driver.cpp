@@ -1,5 +1,6 @@
 // Backend selection and the error helpers shared by every driver call.
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <mutex>
 #include <string>
@@ -8,6 +9,7 @@
 #include "sys/backend_selection.hpp"
 #include "sys/backends.hpp"
 #include "sys/driver_api.hpp"
+#include "sys/driver_override.hpp"
 #include "sys/dynamic_library.hpp"
 
 namespace cudarc::sys {
@@ -70,6 +72,11 @@ LoadedDriver load_selected_backend() {
     return out;
 }
 
+// Note [Driver override]: tests install a stand-in table (a fake driver, or a fault-injecting wrapper of
+// the real one) before opening any device. One atomic load on driver() and driver_if_loaded(), which run
+// when a device opens and in a few probes, never per operation: devices keep the table they opened with.
+std::atomic<const DriverApi*> g_override{nullptr};
+
 const LoadedDriver& loaded() {
     // Note: a function-local static gives lazy, thread-safe, once-only loading.
     static const LoadedDriver driver = load_selected_backend();
@@ -119,13 +126,19 @@ BackendSelection select_backend(BackendRequest request, const BackendLoaders& lo
     return out;
 }
 
+const DriverApi* set_driver_override(const DriverApi* api) noexcept {
+    return g_override.exchange(api, std::memory_order_acq_rel);
+}
+
 const DriverApi& driver() {
+    if (const DriverApi* stand_in = g_override.load(std::memory_order_acquire)) return *stand_in;
     const LoadedDriver& d = loaded();
     if (!d.ok) throw Error("cudarc: no GPU driver available: " + d.failure);
     return d.api;
 }
 
 const DriverApi* driver_if_loaded() noexcept {
+    if (const DriverApi* stand_in = g_override.load(std::memory_order_acquire)) return stand_in;
     try {
         const LoadedDriver& d = loaded();
         return d.ok ? &d.api : nullptr;
@@ -135,6 +148,7 @@ const DriverApi* driver_if_loaded() noexcept {
 }
 
 std::string driver_load_failure() {
+    if (g_override.load(std::memory_order_acquire) != nullptr) return {};
     return loaded().failure;
 }
 

@@ -29,6 +29,14 @@ inline constexpr Result kErrorPeerAccessAlreadyEnabled = 704;
 inline constexpr Result kErrorNotSupported = 801;
 inline constexpr Result kErrorStreamCaptureUnsupported = 900;
 
+// Errors after which the context is unusable and every later call fails the same way (the driver's
+// documentation: "the process must be terminated and relaunched"): an illegal address (700), a launch
+// timeout (702), a hardware stack error, an illegal instruction, a misaligned address, an invalid address
+// space or program counter (714-718), a launch failure (719). HIP uses the same numbers for them.
+[[nodiscard]] constexpr bool is_sticky_error(Result result) noexcept {
+    return result == 700 || result == 702 || (result >= 714 && result <= 719);
+}
+
 using Device = int;
 using Context = ::CUctx_st*;
 using Stream = ::CUstream_st*;
@@ -63,6 +71,12 @@ inline constexpr unsigned kMemoryTypeDevice = 2;          // CU_MEMORYTYPE_DEVIC
 inline constexpr int kPointerAttributeContext = 1;        // CU_POINTER_ATTRIBUTE_CONTEXT
 inline constexpr int kPointerAttributeIsManaged = 8;      // CU_POINTER_ATTRIBUTE_IS_MANAGED
 inline constexpr int kPointerAttributeDeviceOrdinal = 9;  // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+
+// CUmemPool_attribute values read with cuMemPoolGetAttribute (each a 64-bit unsigned value).
+inline constexpr int kMemPoolAttrReservedMemCurrent = 5;  // CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT
+inline constexpr int kMemPoolAttrReservedMemHigh = 6;     // CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH
+inline constexpr int kMemPoolAttrUsedMemCurrent = 7;      // CU_MEMPOOL_ATTR_USED_MEM_CURRENT
+inline constexpr int kMemPoolAttrUsedMemHigh = 8;         // CU_MEMPOOL_ATTR_USED_MEM_HIGH
 
 // CUdevice_attribute values the library reads.
 namespace attr {
@@ -189,6 +203,7 @@ struct DriverApi {
     Result (*device_get_default_mem_pool)(MemoryPool* pool, Device device) = nullptr;
     Result (*mem_pool_set_attribute)(MemoryPool pool, int attribute, void* value) = nullptr;
     Result (*mem_pool_trim_to)(MemoryPool pool, std::size_t min_bytes_to_keep) = nullptr;
+    Result (*mem_pool_get_attribute)(MemoryPool pool, int attribute, void* value) = nullptr;
     Result (*mem_alloc_managed)(DevicePtr* ptr, std::size_t bytes, unsigned flags) = nullptr;
     Result (*mem_prefetch_async)(DevicePtr ptr, std::size_t bytes, Device device, Stream stream) = nullptr;
     Result (*mem_host_alloc)(void** ptr, std::size_t bytes, unsigned flags) = nullptr;

@@ -152,7 +152,7 @@ TEST_CASE("alloc.record_stream_holds_a_block_used_through_its_raw_pointer") {
     // A's upload by hand, and record_stream tells the allocator about the use.
     reader.join(home);
     launch(reader, LaunchConfig{1, 1}, spin, spin_cycles(device, kHoldMs), nullptr);
-    state.bind();
+    const auto scope = state.bind();
     state.check(state.api().memcpy_dtod_async(seen_by_reader.device_ptr(), old_ptr, n * sizeof(float),
                                               reader.native()),
                 "cuMemcpyDtoDAsync");

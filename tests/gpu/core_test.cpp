@@ -19,12 +19,12 @@ bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
 // Raw, untracked driver copies: used to test the ordering that fork/join alone must provide.
 void raw_htod(Stream& stream, DevicePtr dst, const void* src, std::size_t bytes) {
     auto& state = *stream.device().state();
-    state.bind();
+    const auto scope = state.bind();
     state.check(state.api().memcpy_htod_async(dst, src, bytes, stream.native()), "cuMemcpyHtoDAsync");
 }
 void raw_dtoh(Stream& stream, void* dst, DevicePtr src, std::size_t bytes) {
     auto& state = *stream.device().state();
-    state.bind();
+    const auto scope = state.bind();
     state.check(state.api().memcpy_dtoh_async(dst, src, bytes, stream.native()), "cuMemcpyDtoHAsync");
 }
 
@@ -271,7 +271,7 @@ TEST_CASE("core.free_is_ordered_after_a_use_on_another_stream") {
 TEST_CASE("core.wrapped_foreign_stream") {
     auto device = Device::open(0);
     auto& state = *device.state();
-    state.bind();
+    const auto scope = state.bind();
     sys::Stream raw = nullptr;
     state.check(state.api().stream_create_with_priority(&raw, sys::kStreamNonBlocking, 0),
                 "cuStreamCreateWithPriority");

@@ -21,7 +21,7 @@ bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
 
 DevicePtr raw_alloc(const Device& device, std::size_t bytes) {
     auto& state = *device.state();
-    state.bind();
+    const auto scope = state.bind();
     DevicePtr ptr = 0;
     state.check(state.api().mem_alloc(&ptr, bytes), "cuMemAlloc");
     return ptr;
@@ -58,10 +58,12 @@ TEST_CASE("interop.borrowed_slice_over_raw_cuMemAlloc") {
     const float a = random_floats(1, -2.0f, 2.0f)[0];
 
     // The owner writes the memory behind a spin, with a raw copy cudarc does not see.
-    state.bind();
     launch(owner, LaunchConfig{1, 1}, spin, spin_cycles(device, 100.0), nullptr);
-    state.check(state.api().memcpy_htod_async(raw, x_host.data(), n * sizeof(float), owner.native()),
-                "cuMemcpyHtoDAsync");
+    {
+        const auto scope = state.bind();
+        state.check(state.api().memcpy_htod_async(raw, x_host.data(), n * sizeof(float), owner.native()),
+                    "cuMemcpyHtoDAsync");
+    }
     const auto allocator_before = device.allocator_stats();
     const auto before = device.counters();
     {
@@ -89,9 +91,11 @@ TEST_CASE("interop.borrowed_slice_over_raw_cuMemAlloc") {
     CHECK(delta.host_synchronizations() == 0);
     CHECK(device.allocator_stats().allocated_bytes == allocator_before.allocated_bytes);
     std::vector<float> back(n, poison_float());
-    state.bind();
-    state.check(state.api().memcpy_dtoh_async(back.data(), raw, n * sizeof(float), owner.native()),
-                "cuMemcpyDtoHAsync");
+    {
+        const auto scope = state.bind();
+        state.check(state.api().memcpy_dtoh_async(back.data(), raw, n * sizeof(float), owner.native()),
+                    "cuMemcpyDtoHAsync");
+    }
     owner.synchronize();
     CHECK(bitwise_equal(back, x_host));  // still there: nothing was freed
     CHECK(state.api().mem_free(raw) == sys::kSuccess);
@@ -118,7 +122,7 @@ TEST_CASE("interop.foreign_stream_destroyed_after_its_wrapper") {
     const BenchFill fill = bench_module(device).kernel<BenchFill::signature>("bench_fill");
     constexpr std::size_t n = (std::size_t{1} << 20) + 1;
     const float value = random_floats(1, 1.0f, 2.0f)[0];
-    state.bind();
+    const auto scope = state.bind();  // the raw calls below run in the device's context
     sys::Stream raw = nullptr;
     state.check(state.api().stream_create_with_priority(&raw, sys::kStreamNonBlocking, 0),
                 "cuStreamCreateWithPriority");
@@ -232,7 +236,7 @@ TEST_CASE("interop.optimizer_steps_borrowed_memory_like_its_own") {
     const auto g_host = random_floats(n);
     const DevicePtr raw_p = raw_alloc(device, n * sizeof(float));
     const DevicePtr raw_g = raw_alloc(device, n * sizeof(float));
-    state.bind();
+    const auto scope = state.bind();  // the raw calls below run in the device's context
     state.check(state.api().memcpy_htod_async(raw_p, p_host.data(), n * sizeof(float), owner.native()),
                 "cuMemcpyHtoDAsync");
     state.check(state.api().memcpy_htod_async(raw_g, g_host.data(), n * sizeof(float), owner.native()),

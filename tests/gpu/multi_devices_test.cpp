@@ -207,11 +207,13 @@ TEST_CASE("multi.cross_device_ordering_held_back_writer_on_device_0_read_on_devi
     launch(s0, LaunchConfig::for_elements(kN, d0), copy0, u0, source0, kN);
     s1.join(s0);
     // Raw addresses bypass hazard tracking: only the join orders this copy after the write.
-    d1.state()->bind();
-    d1.state()->check(
-        d1.state()->api().memcpy_peer_async(u1.device_ptr(), d1.state()->context(), u0.device_ptr(),
-                                            d0.state()->context(), kN * sizeof(float), s1.native()),
-        "cuMemcpyPeerAsync");
+    {
+        const auto scope = d1.state()->bind();
+        d1.state()->check(
+            d1.state()->api().memcpy_peer_async(u1.device_ptr(), d1.state()->context(), u0.device_ptr(),
+                                                d0.state()->context(), kN * sizeof(float), s1.native()),
+            "cuMemcpyPeerAsync");
+    }
     s1.synchronize();
     CHECK(bitwise_equal(u1.to_vector(s1), host));
 }

@@ -39,7 +39,7 @@ std::vector<char> compile_spin(const std::string& arch) {
 SpinKernel::SpinKernel(const Device& device) : device_(device) {
     const auto binary = compile_spin(device.arch());
     auto& state = *device.state();
-    state.bind();
+    const auto scope = state.bind();
     const sys::DriverApi& api = state.api();
     sys::Module module = nullptr;
     state.check(api.module_load_data(&module, binary.data()), "cuModuleLoadData");
@@ -52,13 +52,13 @@ SpinKernel::SpinKernel(const Device& device) : device_(device) {
 
 SpinKernel::~SpinKernel() {
     auto& state = *device_.state();
-    state.bind();
+    const auto scope = state.bind_or_defer();
     (void)state.api().module_unload(static_cast<sys::Module>(module_));
 }
 
 void SpinKernel::launch(Stream& stream, long long cycles) {
     auto& state = *device_.state();
-    state.bind();
+    const auto scope = state.bind();
     void* params[] = {&cycles};
     state.check(state.api().launch_kernel(static_cast<sys::Function>(function_), 1, 1, 1, 1, 1, 1, 0,
                                           stream.native(), params, nullptr),

@@ -142,7 +142,7 @@ int run_multi(const MultiArgs& args) {
                 for (int i = 0; i < iterations; ++i) {
                     check_nccl(api, api.group_start(), "ncclGroupStart");
                     for (std::size_t r = 0; r < comms.size(); ++r) {
-                        devices[r].state()->bind();
+                        const auto scope = devices[r].state()->bind();
                         check_nccl(api,
                                    api.all_reduce(reinterpret_cast<const void*>(
                                                       static_cast<std::uintptr_t>(send[r].device_ptr())),
@@ -153,7 +153,6 @@ int run_multi(const MultiArgs& args) {
                                    "ncclAllReduce");
                     }
                     check_nccl(api, api.group_end(), "ncclGroupEnd");
-                    detail::DeviceState::forget_thread_binding();
                 }
             };
             const Pair pair = measure(streams, warmups, rounds, iterations, through_cudarc, raw);
@@ -187,7 +186,7 @@ int run_multi(const MultiArgs& args) {
                         copy(streams[0], dst.view(0, elements), src.view(0, elements));
                 };
                 const auto raw = [&] {
-                    d1.state()->bind();
+                    const auto scope = d1.state()->bind();
                     for (int i = 0; i < iterations; ++i) {
                         d1.state()->check(
                             api.memcpy_peer_async(dst.device_ptr(), d1.state()->context(), src.device_ptr(),

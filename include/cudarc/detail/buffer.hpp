@@ -65,6 +65,8 @@ class HazardState {
     // Called once the access's work is enqueued on `stream`: in the slow path, records an event right after
     // it, so that a later waiter on another stream orders after exactly this stream's uses of the buffer,
     // not after whatever the stream runs next (Note [Eager events]). Never throws; nothing on the fast path.
+    // Note: the caller still holds the context scope that the work was enqueued under (Note [Context
+    // scope]), so the record binds nothing.
     void after_access(StreamState& stream) noexcept {
         if (exclusive_ == &stream || !tracker_) return;
         after_access_slow(stream);

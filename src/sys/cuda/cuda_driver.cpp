@@ -124,6 +124,7 @@ bool load_cuda_driver(DriverApi& api, std::string& why) {
     resolve(api.device_get_default_mem_pool, "cuDeviceGetDefaultMemPool", false);
     resolve(api.mem_pool_set_attribute, "cuMemPoolSetAttribute", false);
     resolve(api.mem_pool_trim_to, "cuMemPoolTrimTo", false);
+    resolve(api.mem_pool_get_attribute, "cuMemPoolGetAttribute", false);
     resolve(api.mem_alloc_managed, "cuMemAllocManaged", false);
     resolve(api.mem_prefetch_async, "cuMemPrefetchAsync", false);
     resolve(api.mem_host_alloc, "cuMemHostAlloc");

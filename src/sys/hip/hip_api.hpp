@@ -87,6 +87,7 @@ struct HipEntryPoints {
     HipError (*device_get_default_mem_pool)(HipMemPool* pool, int device) = nullptr;
     HipError (*mem_pool_set_attribute)(HipMemPool pool, int attribute, void* value) = nullptr;
     HipError (*mem_pool_trim_to)(HipMemPool pool, std::size_t min_bytes_to_keep) = nullptr;
+    HipError (*mem_pool_get_attribute)(HipMemPool pool, int attribute, void* value) = nullptr;
     HipError (*malloc_managed)(void** ptr, std::size_t bytes, unsigned flags) = nullptr;
     HipError (*mem_prefetch_async)(const void* ptr, std::size_t bytes, int device,
                                    HipStream stream) = nullptr;

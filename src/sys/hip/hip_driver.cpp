@@ -283,6 +283,9 @@ Result mem_pool_set_attribute(MemoryPool pool, int attribute, void* value) {
 Result mem_pool_trim_to(MemoryPool pool, std::size_t min_bytes_to_keep) {
     return hip_entry().mem_pool_trim_to(native(pool), min_bytes_to_keep);
 }
+Result mem_pool_get_attribute(MemoryPool pool, int attribute, void* value) {
+    return hip_entry().mem_pool_get_attribute(native(pool), attribute, value);
+}
 // hipMemAttachGlobal has CUDA's value (1).
 Result mem_alloc_managed(DevicePtr* ptr, std::size_t bytes, unsigned flags) {
     void* allocated = nullptr;
@@ -472,6 +475,7 @@ HipEntryPoints resolve_entry_points(const DynamicLibrary& library, std::vector<s
     resolve(hip.device_get_default_mem_pool, "hipDeviceGetDefaultMemPool", false);
     resolve(hip.mem_pool_set_attribute, "hipMemPoolSetAttribute", false);
     resolve(hip.mem_pool_trim_to, "hipMemPoolTrimTo", false);
+    resolve(hip.mem_pool_get_attribute, "hipMemPoolGetAttribute", false);
     resolve(hip.malloc_managed, "hipMallocManaged", false);
     resolve(hip.mem_prefetch_async, "hipMemPrefetchAsync", false);
     resolve(hip.host_malloc, "hipHostMalloc");
@@ -557,6 +561,7 @@ void fill_table(const HipEntryPoints& hip, DriverApi& api) {
     install(api.device_get_default_mem_pool, device_get_default_mem_pool, hip.device_get_default_mem_pool);
     install(api.mem_pool_set_attribute, mem_pool_set_attribute, hip.mem_pool_set_attribute);
     install(api.mem_pool_trim_to, mem_pool_trim_to, hip.mem_pool_trim_to);
+    install(api.mem_pool_get_attribute, mem_pool_get_attribute, hip.mem_pool_get_attribute);
     install(api.mem_alloc_managed, mem_alloc_managed, hip.malloc_managed);
     install(api.mem_prefetch_async, mem_prefetch_async, hip.mem_prefetch_async);
     api.memcpy_htod_async = memcpy_htod_async;
