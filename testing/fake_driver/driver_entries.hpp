@@ -18,11 +18,13 @@
     X(device_get_pci_bus_id, "cuDeviceGetPCIBusId")                                                  \
     X(device_primary_ctx_retain, "cuDevicePrimaryCtxRetain")                                         \
     X(device_primary_ctx_release, "cuDevicePrimaryCtxRelease")                                       \
+    X(device_can_access_peer, "cuDeviceCanAccessPeer")                                               \
     X(ctx_get_current, "cuCtxGetCurrent")                                                            \
     X(ctx_set_current, "cuCtxSetCurrent")                                                            \
     X(ctx_synchronize, "cuCtxSynchronize")                                                           \
     X(ctx_get_stream_priority_range, "cuCtxGetStreamPriorityRange")                                  \
     X(mem_get_info, "cuMemGetInfo")                                                                  \
+    X(ctx_enable_peer_access, "cuCtxEnablePeerAccess")                                               \
     X(stream_create_with_priority, "cuStreamCreateWithPriority")                                     \
     X(stream_destroy, "cuStreamDestroy")                                                             \
     X(stream_synchronize, "cuStreamSynchronize")                                                     \
@@ -55,9 +57,11 @@
     X(memcpy_htod_async, "cuMemcpyHtoDAsync")                                                        \
     X(memcpy_dtoh_async, "cuMemcpyDtoHAsync")                                                        \
     X(memcpy_dtod_async, "cuMemcpyDtoDAsync")                                                        \
+    X(memcpy_peer_async, "cuMemcpyPeerAsync")                                                        \
     X(memset_d8_async, "cuMemsetD8Async")                                                            \
     X(memset_d32_async, "cuMemsetD32Async")                                                          \
     X(pointer_get_attributes, "cuPointerGetAttributes")                                              \
+    X(mem_get_address_range, "cuMemGetAddressRange")                                                 \
     X(module_load_data, "cuModuleLoadData")                                                          \
     X(module_unload, "cuModuleUnload")                                                               \
     X(module_get_function, "cuModuleGetFunction")                                                    \

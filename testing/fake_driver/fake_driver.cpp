@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <deque>
 #include <mutex>
+#include <set>
 #include <utility>
 
 namespace cudarc::fake {
@@ -17,7 +18,6 @@ constexpr std::size_t kPoolChunk = std::size_t{2} << 20;
 constexpr std::size_t kAlignment = 256;
 constexpr std::uint64_t kFirstHandle = 0x10000;
 constexpr std::uint64_t kHandleStep = 0x10;
-constexpr unsigned kMemoryTypeDevice = 2;  // CU_MEMORYTYPE_DEVICE
 
 std::atomic<FakeDriver*> g_driver{nullptr};
 std::atomic<std::uint64_t> g_epoch{0};
@@ -58,6 +58,7 @@ constexpr ErrorName kErrorNames[] = {
     {101, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
     {201, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
     {209, "CUDA_ERROR_NO_BINARY_FOR_GPU", "no kernel image is available for execution on the device"},
+    {217, "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED", "peer access is not supported between these two devices"},
     {400, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
     {401, "CUDA_ERROR_ILLEGAL_STATE", "the operation is not permitted in this state"},
     {500, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
@@ -65,6 +66,7 @@ constexpr ErrorName kErrorNames[] = {
     {700, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
     {701, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES", "too many resources requested for launch"},
     {702, "CUDA_ERROR_LAUNCH_TIMEOUT", "the launch timed out and was terminated"},
+    {704, "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED", "peer access is already enabled"},
     {715, "CUDA_ERROR_ILLEGAL_INSTRUCTION", "an illegal instruction was encountered"},
     {716, "CUDA_ERROR_MISALIGNED_ADDRESS", "misaligned address"},
     {719, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
@@ -199,6 +201,7 @@ struct FakeDriver::Impl {
         MemoryKind kind = MemoryKind::device;
         bool live = true;  // pool chunks: handed out (false: cached in the pool)
         std::byte* storage = nullptr;
+        std::uint64_t context = 0;  // the context it was allocated in (pool chunks: the primary context)
     };
     struct Pool {
         int ordinal = 0;
@@ -250,6 +253,7 @@ struct FakeDriver::Impl {
     std::map<std::string, KernelDefinition> kernels;
     std::map<std::uint64_t, Graph> graphs;
     std::vector<LaunchRecord> launches;
+    std::set<std::pair<std::uint64_t, std::uint64_t>> peer_access;  // (context, peer context) enabled
     std::vector<std::string> violations;
     std::uint64_t host_waits = 0;
     double clock_ms = 0.0;
@@ -367,7 +371,8 @@ struct FakeDriver::Impl {
         void* storage = std::aligned_alloc(kAlignment, round_up(bytes, kAlignment));
         if (storage == nullptr) return sys::kErrorOutOfMemory;
         out = reinterpret_cast<std::uintptr_t>(storage);
-        memory[out] = Allocation{bytes, ordinal, kind, true, static_cast<std::byte*>(storage)};
+        memory[out] =
+            Allocation{bytes, ordinal, kind, true, static_cast<std::byte*>(storage), device.primary};
         if (kind != MemoryKind::host) device.used += bytes;
         return sys::kSuccess;
     }
@@ -603,6 +608,13 @@ sys::Result device_primary_ctx_release(sys::Device device) {
     --dev.retains;
     return sys::kSuccess;
 }
+sys::Result device_can_access_peer(int* can_access, sys::Device device, sys::Device peer) {
+    Impl& d = impl();
+    Lock lock(d.mutex);
+    if (!valid_device(d, device) || !valid_device(d, peer)) return kErrorInvalidDevice;
+    *can_access = device != peer && d.options.peer_access ? 1 : 0;
+    return sys::kSuccess;
+}
 
 sys::Result ctx_get_current(sys::Context* ctx) {
     Impl& d = impl();
@@ -647,6 +659,20 @@ sys::Result mem_get_info(std::size_t* free_bytes, std::size_t* total_bytes) {
     const Impl::Device& dev = d.devices[static_cast<std::size_t>(d.ordinal_of_context(context))];
     *total_bytes = dev.spec.memory_bytes;
     *free_bytes = dev.spec.memory_bytes - dev.used;
+    return sys::kSuccess;
+}
+sys::Result ctx_enable_peer_access(sys::Context peer, unsigned flags) {
+    Impl& d = impl();
+    Lock lock(d.mutex);
+    std::uint64_t context = 0;
+    if (const sys::Result r = d.use_current(context)) return r;
+    if (flags != 0) return sys::kErrorInvalidValue;
+    const auto it = d.contexts.find(id_of(peer));
+    if (it == d.contexts.end() || !it->second.alive) return kErrorInvalidContext;
+    if (it->second.ordinal == d.ordinal_of_context(context)) return kErrorInvalidDevice;
+    if (const sys::Result lost = d.devices[static_cast<std::size_t>(it->second.ordinal)].lost) return lost;
+    if (!d.options.peer_access) return sys::kErrorPeerAccessUnsupported;
+    if (!d.peer_access.emplace(context, id_of(peer)).second) return sys::kErrorPeerAccessAlreadyEnabled;
     return sys::kSuccess;
 }
 
@@ -865,6 +891,7 @@ sys::Result allocate_current(DevicePtr* ptr, std::size_t bytes, Impl::MemoryKind
     if (bytes == 0) return sys::kErrorInvalidValue;
     std::uintptr_t address = 0;
     if (const sys::Result r = d.allocate(bytes, d.ordinal_of_context(context), kind, address)) return r;
+    d.memory.at(address).context = context;
     *ptr = static_cast<DevicePtr>(address);
     return sys::kSuccess;
 }
@@ -1162,6 +1189,46 @@ sys::Result memcpy_dtod_async(DevicePtr dst, DevicePtr src, std::size_t bytes, s
     d.enqueue(*s, std::move(op));
     return sys::kSuccess;
 }
+sys::Result memcpy_peer_async(DevicePtr dst, sys::Context dst_context, DevicePtr src,
+                              sys::Context src_context, std::size_t bytes, sys::Stream stream) {
+    Impl& d = impl();
+    Lock lock(d.mutex);
+    sys::Result error = sys::kSuccess;
+    Impl::Stream* s = copy_stream(d, stream, error);
+    if (s == nullptr) return error;
+    for (const sys::Context context : {dst_context, src_context}) {
+        const auto it = d.contexts.find(id_of(context));
+        if (it == d.contexts.end() || !it->second.alive) return kErrorInvalidContext;
+        if (const sys::Result lost = d.devices[static_cast<std::size_t>(it->second.ordinal)].lost)
+            return lost;
+    }
+    if (bytes == 0) return sys::kSuccess;
+    const auto to = static_cast<std::uintptr_t>(dst);
+    const auto from = static_cast<std::uintptr_t>(src);
+    if (!d.device_range(to, bytes, "cuMemcpyPeerAsync") || !d.device_range(from, bytes, "cuMemcpyPeerAsync"))
+        return sys::kErrorInvalidValue;
+    // Each address must be memory of the device whose context names it.
+    const std::pair<std::uintptr_t, sys::Context> ends[] = {{to, dst_context}, {from, src_context}};
+    for (const auto& [address, context] : ends) {
+        if (d.find_memory(address, bytes)->ordinal != d.ordinal_of_context(id_of(context))) {
+            d.violation(fmt::format("cuMemcpyPeerAsync: {:#x} is not memory of context {:#x}'s device",
+                                    address, id_of(context)));
+            return sys::kErrorInvalidValue;
+        }
+    }
+    // Note: no peer access needed: without it the driver stages the copy through host memory.
+    Impl::Op op;
+    op.what = "cuMemcpyPeerAsync";
+    op.run = [&d, to, from, bytes] {
+        if (d.span(to, bytes).empty() || d.span(from, bytes).empty()) {
+            d.violation("cuMemcpyPeerAsync ran on memory freed after it was enqueued");
+            return;
+        }
+        std::memmove(reinterpret_cast<void*>(to), reinterpret_cast<const void*>(from), bytes);
+    };
+    d.enqueue(*s, std::move(op));
+    return sys::kSuccess;
+}
 template <typename Word>
 sys::Result memset_async(DevicePtr dst, Word value, std::size_t count, sys::Stream stream, const char* call) {
     Impl& d = impl();
@@ -1196,17 +1263,53 @@ sys::Result memset_d32_async(DevicePtr dst, unsigned value, std::size_t count, s
 sys::Result pointer_get_attributes(unsigned count, int* attributes, void** data, DevicePtr ptr) {
     Impl& d = impl();
     Lock lock(d.mutex);
+    // Note: like the real driver, memory no context knows (here: not a live allocation) is success with
+    // zeroed values.
     const Impl::Allocation* a = d.find_memory(static_cast<std::uintptr_t>(ptr), 1);
+    if (a != nullptr && !a->live) a = nullptr;
+    if (a != nullptr) {
+        if (const sys::Result lost = d.devices[static_cast<std::size_t>(a->ordinal)].lost) return lost;
+    }
     for (unsigned i = 0; i < count; ++i) {
-        if (attributes[i] == sys::kPointerAttributeMemoryType) {
-            unsigned type = 0;
-            if (a != nullptr)
-                type = a->kind == Impl::MemoryKind::host ? sys::kMemoryTypeHost : kMemoryTypeDevice;
-            std::memcpy(data[i], &type, sizeof type);
-        } else {
-            return sys::kErrorInvalidValue;
+        switch (attributes[i]) {
+            case sys::kPointerAttributeMemoryType: {
+                unsigned type = 0;
+                if (a != nullptr)
+                    type = a->kind == Impl::MemoryKind::host ? sys::kMemoryTypeHost : sys::kMemoryTypeDevice;
+                std::memcpy(data[i], &type, sizeof type);
+                break;
+            }
+            case sys::kPointerAttributeContext: {
+                const auto context = as_handle<sys::Context>(a != nullptr ? a->context : 0);
+                std::memcpy(data[i], &context, sizeof context);
+                break;
+            }
+            case sys::kPointerAttributeIsManaged: {
+                const int managed = a != nullptr && a->kind == Impl::MemoryKind::managed ? 1 : 0;
+                std::memcpy(data[i], &managed, sizeof managed);
+                break;
+            }
+            case sys::kPointerAttributeDeviceOrdinal: {
+                const int ordinal = a != nullptr ? a->ordinal : -2;
+                std::memcpy(data[i], &ordinal, sizeof ordinal);
+                break;
+            }
+            default:
+                return sys::kErrorInvalidValue;
         }
     }
+    return sys::kSuccess;
+}
+sys::Result mem_get_address_range(DevicePtr* base, std::size_t* size, DevicePtr ptr) {
+    Impl& d = impl();
+    Lock lock(d.mutex);
+    std::uint64_t context = 0;
+    if (const sys::Result r = d.use_current(context)) return r;
+    const Impl::Allocation* a = d.find_memory(static_cast<std::uintptr_t>(ptr), 1);
+    if (a == nullptr || !a->live || a->kind == Impl::MemoryKind::host) return sys::kErrorNotFound;
+    const auto it = d.memory.upper_bound(static_cast<std::uintptr_t>(ptr));
+    *base = static_cast<DevicePtr>(std::prev(it)->first);
+    *size = a->size;
     return sys::kSuccess;
 }
 

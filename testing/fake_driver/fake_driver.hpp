@@ -22,6 +22,8 @@
 //  - The default memory pool (cuMemAllocAsync / cuMemFreeAsync / cuMemPoolTrimTo / attributes) with 2 MiB
 //    chunks and its release threshold applied at host waits.
 //  - Stream capture: work enqueued on a capturing stream goes into the graph; a graph launch enqueues it.
+//  - Several devices (Options::devices): peer access between their primary contexts, peer copies, and the
+//    pointer attributes and address ranges that borrowed memory is checked with.
 //  - A kernel body may fail with a sticky error: from then on every call on that device returns it.
 //
 // It also checks the library: violations() lists misuse it noticed (work on freed memory, page-locked
@@ -71,6 +73,9 @@ struct DeviceSpec {
 struct Options {
     std::vector<DeviceSpec> devices{DeviceSpec{}};
     bool strict_contexts = true;
+    // Whether every pair of distinct devices has a peer-to-peer path (cuDeviceCanAccessPeer,
+    // cuCtxEnablePeerAccess). cuMemcpyPeerAsync works either way, as the driver stages it through the host.
+    bool peer_access = true;
 };
 
 // What is allocated or created right now, across all devices.

@@ -58,6 +58,7 @@ bool survives_sticky_error(Entry entry) noexcept {
         case Entry::device_get_attribute:
         case Entry::device_get_pci_bus_id:
         case Entry::device_primary_ctx_release:
+        case Entry::device_can_access_peer:
         case Entry::ctx_get_current:
         case Entry::ctx_set_current:
             return true;
