@@ -108,8 +108,11 @@ void HazardTracker::record_after_use(StreamState& stream) noexcept {
                 throw;
             }
             slot.event = event;
-        } catch (...) {
-            // No event: a waiter records one lazily (more ordering, never less).
+        } catch (const Error& error) {
+            // No event: a waiter records one lazily (more ordering, never less). The failure is kept for
+            // Device::rethrow_deferred_error (a sticky one loses the device).
+            device.defer(error);
+        } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory while describing the failure
         }
         return;
     }

@@ -24,9 +24,13 @@ TEST_CASE("reliability.free_whose_event_record_fails_neither_leaks_nor_reuses_ea
         PinnedBuffer<int> seen(device, values.size());
         {
             auto slice = DeviceSlice<int>::from_host(stream, values);
-            gpu.driver.hold(other.native());                   // `other` is busy: its read stays queued
-            seen.copy_from_device_async(other, slice.view());  // a read on another stream than the home one
-            // Freeing needs an event on `other` for that read; the record fails.
+            gpu.driver.hold(other.native());  // `other` is busy: its read stays queued
+            // A read on another stream than the home one. Note [Eager events]: its event is recorded right
+            // after the read (the 2nd record: the 1st orders the read after the home stream's write); that
+            // record fails, so freeing must record one itself ...
+            gpu.faults.fail_nth(fake::Entry::event_record, 2, sys::kErrorInvalidValue);
+            seen.copy_from_device_async(other, slice.view());
+            // ... and that record fails too.
             gpu.faults.fail_nth(fake::Entry::event_record, 1, sys::kErrorInvalidValue);
         }
         const std::string deferred = error_from([&] { device.rethrow_deferred_error(); });
