@@ -3,9 +3,8 @@
 
 #include <fmt/format.h>
 
-#include <limits>
-
 #include "core/device_state.hpp"
+#include "cudarc/detail/checked_size.hpp"
 
 namespace cudarc::detail {
 
@@ -17,11 +16,7 @@ Buffer borrow_memory(const Device& device, DevicePtr ptr, std::size_t count, std
             fmt::format("cudarc::BorrowedSlice: the owner's stream is on device {}, the memory on device {}",
                         owner->device_ordinal(), device.ordinal()));
     }
-    if (element_size != 0 && count > std::numeric_limits<std::size_t>::max() / element_size) {
-        throw Error(fmt::format("cudarc::BorrowedSlice: {} elements of {} bytes overflow the address space",
-                                count, element_size));
-    }
-    const std::size_t bytes = count * element_size;
+    const std::size_t bytes = checked_bytes("cudarc::BorrowedSlice", count, element_size);
     if (bytes == 0) return Buffer(state, ptr, 0, owner, hook);
     if (ptr == 0) throw Error("cudarc::BorrowedSlice: a null device pointer");
 
@@ -59,6 +54,9 @@ Buffer borrow_memory(const Device& device, DevicePtr ptr, std::size_t count, std
         DevicePtr base = 0;
         std::size_t size = 0;
         const sys::Result r = api.mem_get_address_range(&base, &size, ptr);
+        // Note [Lost devices]: a sticky error is the device's, not the pointer's.
+        if (r != sys::kSuccess && (sys::is_sticky_error(r) || state->lost()))
+            state->throw_error(r, "cuMemGetAddressRange");
         if (r != sys::kSuccess) {
             throw Error(fmt::format(
                 "cudarc::BorrowedSlice: {:#x} is inside no allocation of device {} ({})", ptr,

@@ -128,19 +128,25 @@ DlpackPlan check(DlpackSource source, int ordinal, const DlpackElement& element)
     if (t.strides != nullptr && count > 0) {
         // Compact row-major: each stride is the product of the extents after it; an extent of 1 may carry
         // any stride (it never steps).
-        std::int64_t expected = 1;
+        // Note: in size_t, which holds every product of these extents (their count fits, checked above).
+        std::size_t expected = 1;
         for (std::int32_t i = t.ndim - 1; i >= 0; --i) {
-            if (t.shape[i] != 1 && t.strides[i] != expected) {
+            if (t.shape[i] != 1 && (t.strides[i] < 0 || static_cast<std::size_t>(t.strides[i]) != expected)) {
                 throw Error(
                     fmt::format("cudarc::from_dlpack: strides {} for shape {} are not compact row-major "
                                 "(cudarc needs contiguous elements; make the tensor contiguous first)",
                                 list(t.strides, t.ndim), list(t.shape, t.ndim)));
             }
-            expected *= t.shape[i];
+            expected *= static_cast<std::size_t>(t.shape[i]);
         }
     }
     const auto base = static_cast<DevicePtr>(reinterpret_cast<std::uintptr_t>(t.data));
     if (count > 0 && base == 0) throw Error("cudarc::from_dlpack: the tensor's data pointer is null");
+    if (t.byte_offset > std::numeric_limits<DevicePtr>::max() - base) {
+        throw Error(
+            fmt::format("cudarc::from_dlpack: byte_offset {} past data ({:#x}) overflows the address space",
+                        t.byte_offset, base));
+    }
     const DevicePtr ptr = base + t.byte_offset;
     if (ptr % element.alignment != 0) {
         throw Error(

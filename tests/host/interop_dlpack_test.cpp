@@ -153,6 +153,14 @@ TEST_CASE("interop.dlpack_rejections_name_the_problem_and_run_the_deleter_once")
              v.shape = {std::int64_t{1} << 40, std::int64_t{1} << 40};
          },
          "overflows the address space"},
+        {"byte_offset past the address space",
+         [](Versioned& v) { v.tensor.dl_tensor.byte_offset = ~std::uint64_t{0} - 3; },
+         "overflows the address space"},
+        {"negative stride",
+         [](Versioned& v) {
+             v.strides = {-3, 1};
+         },
+         "strides [-3, 1] for shape [2, 3] are not compact row-major"},
     };
     for (const Case& c : cases) {
         CAPTURE(c.name);
