@@ -7,7 +7,9 @@ namespace {
 // Note: the device's own threads usually have it current already; then this is one cheap query.
 class ScopedContext {
   public:
-    ScopedContext(const sys::DriverApi& api, sys::Context context, int device) : api_(api) {
+    ScopedContext(const sys::DriverApi& api, sys::Context context, int device,
+                  const DriverBackendHooks& hooks)
+        : api_(api), hooks_(hooks) {
         if (context == nullptr || api.ctx_get_current == nullptr || api.ctx_set_current == nullptr) return;
         sys::Context current = nullptr;
         sys::check(api, api.ctx_get_current(&current), "cuCtxGetCurrent", device);
@@ -19,11 +21,15 @@ class ScopedContext {
     ScopedContext(const ScopedContext&) = delete;
     ScopedContext& operator=(const ScopedContext&) = delete;
     ~ScopedContext() {
-        if (restore_) static_cast<void>(api_.ctx_set_current(previous_));  // nothing to do if it fails
+        if (!restore_) return;
+        const sys::Result result = api_.ctx_set_current(previous_);
+        if (result != sys::kSuccess && hooks_.defer != nullptr)
+            hooks_.defer(hooks_.owner, result, "cuCtxSetCurrent");
     }
 
   private:
     const sys::DriverApi& api_;
+    const DriverBackendHooks& hooks_;
     sys::Context previous_ = nullptr;
     bool restore_ = false;
 };
@@ -43,7 +49,7 @@ DriverBackend::DriverBackend(const sys::DriverApi& api, int device_ordinal, sys:
 }
 
 std::optional<DevicePtr> DriverBackend::allocate_segment(std::size_t bytes) {
-    ScopedContext scope(api_, context_, device_);
+    ScopedContext scope(api_, context_, device_, hooks_);
     DevicePtr ptr = 0;
     const sys::Result result = sys::require(api_, api_.mem_alloc, "cuMemAlloc")(&ptr, bytes);
     if (result == sys::kErrorOutOfMemory) return std::nullopt;
@@ -53,7 +59,7 @@ std::optional<DevicePtr> DriverBackend::allocate_segment(std::size_t bytes) {
 }
 
 void DriverBackend::free_segment(DevicePtr ptr, std::size_t /*bytes*/) {
-    ScopedContext scope(api_, context_, device_);
+    ScopedContext scope(api_, context_, device_, hooks_);
     sys::check(api_, sys::require(api_, api_.mem_free, "cuMemFree")(ptr), "cuMemFree", device_);
     count(DriverBackendHooks::Call::driver_free);
 }
@@ -86,7 +92,7 @@ bool DriverBackend::stream_capturing(StreamKey stream) {
 }
 
 std::pair<std::size_t, std::size_t> DriverBackend::memory_info() {
-    ScopedContext scope(api_, context_, device_);
+    ScopedContext scope(api_, context_, device_, hooks_);
     std::size_t free_bytes = 0;
     std::size_t total_bytes = 0;
     sys::check(api_, sys::require(api_, api_.mem_get_info, "cuMemGetInfo")(&free_bytes, &total_bytes),

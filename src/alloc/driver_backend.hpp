@@ -21,6 +21,9 @@ struct DriverBackendHooks {
     // Optional: told of every driver call the device counts.
     enum class Call { host_blocking_wait, driver_allocation, driver_free };
     void (*count)(void* owner, Call call) noexcept = nullptr;
+    // Optional: a failure nothing can throw (the previous context could not be put back), kept for the
+    // device's Device::rethrow_deferred_error.
+    void (*defer)(void* owner, sys::Result result, const char* call) noexcept = nullptr;
 };
 
 class DriverBackend final : public AllocatorBackend {

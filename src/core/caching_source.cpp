@@ -134,6 +134,9 @@ class CachingSource final : public CachingResource {
         hooks.release_event = [](void* owner, alloc::EventHandle event) noexcept {
             static_cast<DeviceState*>(owner)->events().release(event);
         };
+        hooks.defer = [](void* owner, sys::Result result, const char* call) noexcept {
+            static_cast<DeviceState*>(owner)->defer(result, call);
+        };
         hooks.count = [](void* owner, alloc::DriverBackendHooks::Call call) noexcept {
             auto& counters = static_cast<DeviceState*>(owner)->counters();
             switch (call) {

@@ -190,6 +190,9 @@ void DeviceState::rethrow_deferred_error() {
         std::lock_guard lock(deferred_mutex_);
         error.swap(deferred_);
     }
+    // Note [Lost devices]: a sticky error that only a destructor met (a context put back at the end of a
+    // scope, say) is reported as what it is, the device lost.
+    if (error && sys::is_sticky_error(error->result())) throw_lost();
     if (error) throw *error;
 }
 
