@@ -1,7 +1,7 @@
 // Issue 14, item 6: randomized failure schedules on the fake driver. A random workload (allocations, copies,
 // launches, forks, joins, frees, page-locked copies, events, graphs, held-back streams, managed memory and
-// its prefetch) runs once to count the driver calls it makes, then again with one call (or a few, or a
-// sticky error) made to fail. Checked:
+// its prefetch, peer copies with a second device and peer access, borrowed memory) runs once to count the
+// driver calls it makes, then again with one call (or a few, or a sticky error) made to fail. Checked:
 //  - no crash, and no exception but cudarc::Error out of any call (a throwing destructor would terminate);
 //  - every injected failure surfaces, as an exception naming the driver call or through
 //    Device::rethrow_deferred_error (a lost device through DeviceLost);
@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device_state.hpp"
 #include "reliability_support.hpp"
 
 using namespace cudarc;
@@ -52,17 +53,25 @@ struct Outcome {
     bool lost = false;
 };
 
-// A random workload over one device. Deterministic for a seed until a call fails.
+// A random workload over device 0, with peer copies from and to device 1 and memory borrowed from "another
+// library". Deterministic for a seed until a call fails.
 class Workload {
   public:
-    Workload(FakeGpu& gpu, Device& device, std::uint64_t seed) : gpu_(gpu), device_(device), rng_(seed) {}
+    Workload(FakeGpu& gpu, Device& device, Device& peer, std::uint64_t seed)
+        : gpu_(gpu), device_(device), peer_(peer), rng_(seed) {}
 
     void run(Outcome& outcome, int operations) {
         for (int i = 0; i < operations; ++i) attempt(outcome, [&] { step(); });
         // Everything goes, in a random order: the destructors' own failures are deferred.
         while (!slices_.empty() || !children_.empty() || !pinned_.empty() || !events_.empty() ||
-               !graphs_.empty()) {
-            switch (pick(5)) {
+               !graphs_.empty() || !peer_slices_.empty() || !borrowed_.empty()) {
+            switch (pick(7)) {
+                case 5:
+                    drop(peer_slices_);
+                    break;
+                case 6:
+                    drop(borrowed_);
+                    break;
                 case 0:
                     drop(slices_);
                     break;
@@ -82,6 +91,12 @@ class Workload {
         }
         module_.reset();
         attempt(outcome, [&] { device_.synchronize(); });
+        attempt(outcome, [&] { peer_.synchronize(); });
+        // The other library frees its memory once cudarc is done with it (the fake itself: no injection).
+        const sys::DriverApi& raw = gpu_.driver.api();
+        static_cast<void>(raw.ctx_set_current(gpu_.driver.primary_context(0)));
+        for (const DevicePtr ptr : raw_) static_cast<void>(raw.mem_free(ptr));
+        raw_.clear();
     }
 
   private:
@@ -125,7 +140,36 @@ class Workload {
     }
 
     void step() {
-        switch (pick(17)) {
+        switch (pick(19)) {
+            case 17: {  // a peer copy, to or from device 1, maybe with peer access
+                if (slices_.empty()) return;
+                if (pick(4) == 0) peer_.enable_peer_access(device_);
+                DeviceSlice<int>& a = slices_[pick(slices_.size())];
+                if (peer_slices_.size() < 4)
+                    peer_slices_.push_back(DeviceSlice<int>::uninitialized(peer_.default_stream(), a.size()));
+                DeviceSlice<int>& b = peer_slices_[pick(peer_slices_.size())];
+                const std::size_t n = std::min(a.size(), b.size());
+                if (pick(2) == 0) {
+                    copy(peer_.default_stream(), b.view(0, n), a.view(0, n));
+                } else {
+                    copy(any_stream(), a.view(0, n), b.view(0, n));
+                }
+                break;
+            }
+            case 18: {  // borrowed memory, written from a slice (cuPointerGetAttributes,
+                        // cuMemGetAddressRange)
+                if (slices_.empty() || raw_.size() >= 4) return;
+                DeviceSlice<int>& a = slices_[pick(slices_.size())];
+                DevicePtr ptr = 0;
+                {
+                    const auto scope = device_.state()->bind();
+                    if (gpu_.driver.api().mem_alloc(&ptr, a.bytes()) != sys::kSuccess) return;
+                }
+                raw_.push_back(ptr);
+                borrowed_.emplace_back(device_, ptr, a.size());
+                copy(any_stream(), borrowed_.back().view(), a.view());
+                break;
+            }
             case 0:
             case 1: {  // allocate
                 Stream& s = any_stream();
@@ -228,7 +272,11 @@ class Workload {
 
     FakeGpu& gpu_;
     Device& device_;
+    Device& peer_;
     std::mt19937_64 rng_;
+    std::vector<DeviceSlice<int>> peer_slices_;
+    std::vector<BorrowedSlice<int>> borrowed_;
+    std::vector<DevicePtr> raw_;  // the "other library's" allocations behind borrowed_
     std::vector<Stream> streams_;
     std::vector<Stream> children_;
     std::vector<DeviceSlice<int>> slices_;
@@ -253,10 +301,13 @@ Outcome run_schedule(std::uint64_t seed, const std::vector<Injection>& injection
                      std::array<std::uint64_t, fake::kEntryCount>* calls, fake::LiveCounts& live_after,
                      std::vector<std::string>& violations, std::vector<fake::FaultInjector::Fired>& fired) {
     Outcome outcome;
-    FakeGpu gpu;
+    fake::Options options;
+    options.devices = {fake::DeviceSpec{}, fake::DeviceSpec{}};
+    FakeGpu gpu(options);
     gpu.driver.define_kernel("touch", {8, 8});
     {
         auto device = Device::open(0);
+        auto peer = Device::open(1);
         const auto before = gpu.faults.call_counts();
         for (const Injection& injection : injections) {
             if (injection.sticky) {
@@ -265,20 +316,22 @@ Outcome run_schedule(std::uint64_t seed, const std::vector<Injection>& injection
                 gpu.faults.fail_nth(injection.entry, injection.nth, injection.result);
             }
         }
-        Workload(gpu, device, seed).run(outcome, kOperations);
+        Workload(gpu, device, peer, seed).run(outcome, kOperations);
         fired = gpu.faults.fired();
         if (calls != nullptr) {
             const auto after = gpu.faults.call_counts();
             for (std::size_t i = 0; i < fake::kEntryCount; ++i) (*calls)[i] = after[i] - before[i];
         }
         gpu.faults.clear();  // the rest is the test's own bookkeeping and the device's teardown
-        try {
-            device.rethrow_deferred_error();
-        } catch (const Error& e) {
-            outcome.deferred = e.what();
+        for (const Device* d : {&device, &peer}) {
+            try {
+                d->rethrow_deferred_error();
+            } catch (const Error& e) {
+                outcome.deferred += e.what();
+            }
         }
         outcome.stats_after = device.allocator_stats();
-        outcome.lost = device.lost();
+        outcome.lost = device.lost() || peer.lost();
     }
     live_after = gpu.driver.live();
     violations = gpu.driver.violations();
