@@ -2,7 +2,8 @@
 //
 // Note: launch_packed is the hot path. It takes no lock, allocates nothing and looks nothing up: pointer
 // comparisons for the device checks, the hazard fast path (one comparison per buffer on one stream), the
-// thread-local context check, the driver call and one relaxed counter increment.
+// context scope's one cuCtxGetCurrent (Note [Context scope]), the driver call and one relaxed counter
+// increment.
 #include "cudarc/launch.hpp"
 
 #include <fmt/format.h>
