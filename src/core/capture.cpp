@@ -145,6 +145,10 @@ sys::Event CaptureSession::mark_outside(StreamState& member) {
     return d.record_event(helper_->handle());
 }
 
+std::uintptr_t CaptureSession::outside_key() const noexcept {
+    return helper_ ? helper_->key() : device().default_stream_state()->key();
+}
+
 bool CaptureSession::defer_join(StreamState& child, StreamState& parent) noexcept {
     try {
         deferred_joins_.push_back(DeferredJoin{child.shared_from_this(), parent.shared_from_this()});
@@ -218,6 +222,24 @@ bool CaptureSession::record_use(HazardState& real, StreamState& stream) {
 void CaptureSession::note_allocation(HazardState& real, StreamState& home) {
     // The allocation counts as a write by `home` among members, as it does outside a capture.
     overlay_for(real, &home, true);
+    allocated_ = true;
+}
+
+std::vector<GraphPrerequisite> CaptureSession::take_prerequisites() noexcept {
+    std::vector<GraphPrerequisite> out;
+    if (!allocated_) return out;
+    try {
+        out.reserve(members_.size());
+    } catch (...) {
+        // Without the list the graph's first launch could not wait: keep nothing from the cache.
+        device().synchronize_noexcept();
+        return out;
+    }
+    for (Member& m : members_) {
+        if (sys::Event mark = m.state->take_precapture_mark())
+            out.push_back(GraphPrerequisite{m.state, mark});
+    }
+    return out;
 }
 
 void CaptureSession::check_forks_joined() const {

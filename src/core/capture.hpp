@@ -46,6 +46,10 @@ namespace cudarc::detail {
 //    be freed on a captured stream, nor its uses' events recorded there), except memory allocated inside
 //    the capture on a member: the memory source keeps it for the graph (caching allocator) or the graph
 //    frees it itself (stream-ordered pool). A graph whose buffer was released fails to launch, naming it.
+//  - Memory from the cache. A block the capture allocates was last used by earlier work on the stream
+//    whose pool it comes from, and the graph may be launched on any stream: its first launch waits for
+//    the work every member ran before taking part (their pre-capture marks, kept by the graph). Later
+//    launches follow the first (the driver orders launches of one executable graph).
 //  - Streams. A pooled stream released by a member goes back to the pool only when the capture ends. A
 //    fork of a stream from before the capture that joins into a member is carried out when the capture
 //    ends. At the end, members that joined by waiting are joined into the capturing stream; a forked
@@ -75,6 +79,12 @@ struct GraphRange {
 struct GraphBufferUse {
     std::shared_ptr<BufferLink> link;
     std::vector<GraphRange> ranges;
+};
+
+// An event that the first launch of a graph waits for, unless launched on `stream` itself.
+struct GraphPrerequisite {
+    std::shared_ptr<StreamState> stream;
+    sys::Event event = nullptr;  // pooled
 };
 
 // The ranges that a table of the captured work's accesses records (slot 0): written where any write
@@ -110,8 +120,10 @@ class CaptureSession {
     [[nodiscard]] StreamState* member_with_handle(sys::Stream handle) const noexcept;
     // Keeps a pooled member stream out of the pool until the end (false: no memory to keep it).
     [[nodiscard]] bool keep_until_end(std::shared_ptr<StreamState>& state) noexcept;
-    // An event (owned by the caller) for a member's work outside the capture.
+    // An event (owned by the caller) for a member's work outside the capture, and the key of the stream
+    // it is recorded on (StreamState::event_key).
     [[nodiscard]] sys::Event mark_outside(StreamState& member);
+    [[nodiscard]] std::uintptr_t outside_key() const noexcept;
     [[nodiscard]] bool defer_join(StreamState& child, StreamState& parent) noexcept;
     [[nodiscard]] bool defer_release(Buffer& buffer) noexcept;
 
@@ -131,6 +143,9 @@ class CaptureSession {
     void check_forks_joined() const;
     void join_members_into_origin();
     [[nodiscard]] std::vector<GraphBufferUse> take_uses();
+    // What the first launch must wait for when the capture took memory from the cache: each stream's work
+    // from before it took part (the memory's earlier users ran there). Empty when nothing was allocated.
+    [[nodiscard]] std::vector<GraphPrerequisite> take_prerequisites() noexcept;
     // Leaves the capture (members, kept streams, deferred joins and releases). Call once this thread's
     // capture is no longer this one (take_current) and the driver's capture has ended.
     void finish() noexcept;
@@ -164,6 +179,7 @@ class CaptureSession {
     std::shared_ptr<StreamState> helper_;  // outside the capture: mark_outside records there
     std::vector<DeferredJoin> deferred_joins_;
     std::vector<Buffer> deferred_releases_;
+    bool allocated_ = false;  // the capture took memory from the cache
     bool finished_ = false;
 };
 

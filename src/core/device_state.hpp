@@ -234,6 +234,8 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
     [[nodiscard]] sys::Event precapture_mark() const noexcept { return precapture_; }
     void enter_capture(CaptureSession* capture, sys::Event precapture_mark) noexcept;
     void leave_capture() noexcept;
+    // Hands the pre-capture mark over to the caller (the graph: Note [Capture overlay]).
+    [[nodiscard]] sys::Event take_precapture_mark() noexcept;
 
   private:
     DeviceState& device_;

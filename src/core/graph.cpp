@@ -27,7 +27,12 @@ void release_capture(DeviceState& device, std::optional<alloc::CaptureId> captur
     std::vector<alloc::PendingUse> after;
     try {
         device.bind();
-        if (last_stream) after.push_back({last_stream->event_key(), last_stream->mark()});
+        if (last_stream) {
+            // Note: mark() first: for a stream taking part in a capture, it decides where the event is
+            // recorded, which event_key() then names.
+            sys::Event event = last_stream->mark();
+            after.push_back({last_stream->event_key(), event});
+        }
         allocator->release_capture(*capture, after);
         return;
     } catch (const Error& error) {
@@ -47,16 +52,19 @@ void release_capture(DeviceState& device, std::optional<alloc::CaptureId> captur
 class GraphState {
   public:
     GraphState(DeviceState& device, sys::Graph graph, sys::GraphExec exec,
-               std::optional<alloc::CaptureId> capture, std::vector<GraphBufferUse> uses)
+               std::optional<alloc::CaptureId> capture, std::vector<GraphBufferUse> uses,
+               std::vector<GraphPrerequisite> prerequisites)
         : device_(device.shared_from_this()),
           graph_(graph),
           exec_(exec),
           capture_(capture),
-          uses_(std::move(uses)) {}
+          uses_(std::move(uses)),
+          prerequisites_(std::move(prerequisites)) {}
     GraphState(const GraphState&) = delete;
     GraphState& operator=(const GraphState&) = delete;
 
     ~GraphState() {
+        release_prerequisites();
         release_capture(*device_, capture_, last_stream_);
         const sys::DriverApi& api = device_->api();
         // Note: an executable graph still running is freed by the driver once it completes.
@@ -75,7 +83,13 @@ class GraphState {
         for (const GraphBufferUse& use : uses_) {
             if (use.link->state == nullptr) throw_released(use, "Graph::launch");
         }
-        // Note [Capture overlay]: the replay counts as the captured work's accesses on `stream`.
+        device_->bind();
+        // Note [Capture overlay]: memory the capture took from the cache was last used by work before the
+        // capture; the first launch waits for it (later ones follow the first).
+        for (const GraphPrerequisite& p : prerequisites_) {
+            if (p.stream.get() != &s) device_->wait_event(s.handle(), p.event);
+        }
+        // The replay counts as the captured work's accesses on `stream`.
         for (const GraphBufferUse& use : uses_) {
             for (const GraphRange& r : use.ranges)
                 use.link->state->before_access(s, r.begin, r.end - r.begin, r.access);
@@ -84,6 +98,7 @@ class GraphState {
         device_->check(device_->api().graph_launch(exec_, s.handle()), "cuGraphLaunch");
         for (const GraphBufferUse& use : uses_) use.link->state->after_access(s);
         last_stream_ = stream.shared_state();
+        release_prerequisites();
     }
 
     void upload(Stream& stream) {
@@ -112,6 +127,8 @@ class GraphState {
         release_capture(*device_, capture_, last_stream_);
         capture_ = std::exchange(newer.capture_, std::nullopt);
         uses_ = std::move(newer.uses_);
+        release_prerequisites();
+        prerequisites_ = std::move(newer.prerequisites_);
         std::swap(graph_, newer.graph_);  // `newer` destroys what it now holds
         if (in_place) return GraphUpdate::in_place;
         std::swap(exec_, newer.exec_);
@@ -141,6 +158,11 @@ class GraphState {
     }
 
   private:
+    void release_prerequisites() noexcept {
+        for (GraphPrerequisite& p : prerequisites_) device_->events().release(p.event);
+        prerequisites_.clear();
+    }
+
     StreamState& checked_stream(Stream& stream, const char* what) const {
         if (&stream.state().device() != device_.get()) {
             throw Error(fmt::format("cudarc: {}: the stream is on device {}, the graph on device {}", what,
@@ -165,6 +187,7 @@ class GraphState {
     sys::GraphExec exec_;
     std::optional<alloc::CaptureId> capture_;
     std::vector<GraphBufferUse> uses_;
+    std::vector<GraphPrerequisite> prerequisites_;
     std::shared_ptr<StreamState> last_stream_;
 };
 
@@ -203,7 +226,8 @@ namespace {
 // Ends the driver's capture and this thread's session, whatever happened; returns the captured graph (null
 // when the capture failed) and the driver's result.
 std::pair<sys::Graph, sys::Result> end_session(Stream& stream, std::unique_ptr<CaptureSession>& session,
-                                               std::vector<GraphBufferUse>* uses) noexcept {
+                                               std::vector<GraphBufferUse>* uses,
+                                               std::vector<GraphPrerequisite>* prerequisites) noexcept {
     DeviceState& device = stream.state().device();
     const sys::DriverApi& api = device.api();
     device.bind_noexcept();
@@ -223,6 +247,8 @@ std::pair<sys::Graph, sys::Result> end_session(Stream& stream, std::unique_ptr<C
             graph = nullptr;
         }
     }
+    if (prerequisites != nullptr && ended == sys::kSuccess)
+        *prerequisites = CaptureSession::current()->take_prerequisites();
     session = CaptureSession::take_current();
     // Note: before the deferred releases run (in finish), so that the allocator sees them as ordinary frees.
     if (alloc::CachingAllocator* allocator = session->allocator()) {
@@ -251,7 +277,8 @@ Graph end_capture(Stream& stream, Instantiate instantiate) {
     }
     std::unique_ptr<CaptureSession> session;
     std::vector<GraphBufferUse> uses;
-    auto [graph, result] = end_session(stream, session, &uses);
+    std::vector<GraphPrerequisite> prerequisites;
+    auto [graph, result] = end_session(stream, session, &uses, &prerequisites);
     DeviceState& device = stream.state().device();
     const std::optional<alloc::CaptureId> id = session->allocator_capture();
     sys::GraphExec exec = nullptr;
@@ -264,16 +291,18 @@ Graph end_capture(Stream& stream, Instantiate instantiate) {
     }
     if (result != sys::kSuccess) {
         if (graph != nullptr) device.api().graph_destroy(graph);
+        for (GraphPrerequisite& p : prerequisites) device.events().release(p.event);
         release_capture(device, id, nullptr);
         device.check(result, failed);
     }
-    return Graph(std::make_unique<GraphState>(device, graph, exec, id, std::move(uses)));
+    return Graph(
+        std::make_unique<GraphState>(device, graph, exec, id, std::move(uses), std::move(prerequisites)));
 }
 
 void abandon_capture(Stream& stream) noexcept {
     if (CaptureSession::current() == nullptr) return;
     std::unique_ptr<CaptureSession> session;
-    end_session(stream, session, nullptr);
+    end_session(stream, session, nullptr, nullptr);
     release_capture(stream.state().device(), session->allocator_capture(), nullptr);
 }
 

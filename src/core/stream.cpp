@@ -45,7 +45,14 @@ void StreamState::leave_capture() noexcept {
     device_.events().release(std::exchange(precapture_, nullptr));
 }
 
+sys::Event StreamState::take_precapture_mark() noexcept {
+    return std::exchange(precapture_, nullptr);
+}
+
 std::uintptr_t StreamState::event_key() const noexcept {
+    // Note [Capture overlay]: a captured stream's mark() is recorded on a stream outside the capture.
+    if (capture_ != nullptr) [[unlikely]]
+        return capture_->outside_key();
     return alive() ? key_ : device_.default_stream_state()->key();
 }
 

@@ -517,3 +517,36 @@ TEST_CASE("graph.model_update_in_place_or_reinstantiated") {
     CHECK(std::string(to_string(GraphUpdate::reinstantiated)) == "reinstantiated");
     CHECK_NO_VIOLATIONS();
 }
+
+TEST_CASE("graph.model_memory_taken_from_the_cache_is_waited_for_by_the_first_launch") {
+    auto device = model_device();
+    auto s = device.create_stream();
+    auto other = device.create_stream();
+    constexpr std::size_t n = 256;
+    {
+        // Earlier work on s uses the block the capture will take from s's cache.
+        auto warm = DeviceSlice<std::uint32_t>::uninitialized(s, n);
+        memset(s, warm.view(), 1);
+    }
+    auto out = DeviceSlice<std::uint32_t>::zeros(other, n);
+    auto graph = capture(s, [&](Stream&) {
+        auto tmp = DeviceSlice<std::uint32_t>::uninitialized(s, n);
+        memset(s, tmp.view(), 2);
+        copy(s, out.view(), tmp.view());
+    });
+    // Launched on another stream, the first replay waits for s's work from before the capture; later
+    // replays follow the first.
+    model::reset();
+    graph.launch(other);
+    CHECK(model::calls("cuStreamWaitEvent") == 1);
+    graph.launch(other);
+    CHECK(model::calls("cuStreamWaitEvent") == 1);
+    CHECK(all_equal(words(out, other), word(2)));
+    // A capture that allocates nothing has nothing to wait for there.
+    auto plain = capture(s, [&](Stream&) { memset(s, out.view(), 3); });
+    model::reset();
+    plain.launch(other);
+    CHECK(model::calls("cuStreamWaitEvent") == 0);
+    CHECK(all_equal(words(out, other), word(3)));
+    CHECK_NO_VIOLATIONS();
+}
