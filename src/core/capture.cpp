@@ -169,6 +169,15 @@ bool CaptureSession::defer_release(Buffer& buffer) noexcept {
     return true;
 }
 
+bool CaptureSession::keep_event(sys::Event event) noexcept {
+    try {
+        kept_events_.push_back(event);
+        return true;
+    } catch (...) {
+        return false;
+    }
+}
+
 CaptureSession::Overlay* CaptureSession::overlay_of(const HazardState& real) const noexcept {
     const BufferLink* link = real.link_if_any();
     if (link == nullptr) return nullptr;
@@ -285,8 +294,16 @@ void CaptureSession::finish() noexcept {
     // no longer captures), they can go back to the pool.
     for (auto& [link, overlay] : overlays_) overlay->hazards.rerecord_events(origin_->handle());
     overlays_.clear();
-    for (Member& m : members_) m.state->leave_capture();
     DeviceState& d = device();
+    for (sys::Event event : kept_events_) {
+        if (d.api().event_record(event, origin_->handle()) == sys::kSuccess) {
+            d.events().release(event);
+        } else {
+            d.defer(d.api().event_destroy(event), "cuEventDestroy");
+        }
+    }
+    kept_events_.clear();
+    for (Member& m : members_) m.state->leave_capture();
     for (auto& state : kept_streams_) d.streams().release(std::move(state));
     kept_streams_.clear();
     if (helper_) d.streams().release(std::move(helper_));
@@ -353,6 +370,11 @@ void capture_note_allocation(Buffer& buffer, StreamState& home) {
 bool capture_defer_release(Buffer& buffer) noexcept {
     CaptureSession* session = CaptureSession::current();
     return session != nullptr && session->defer_release(buffer);
+}
+
+bool capture_keep_event(DeviceState& device, sys::Event event) noexcept {
+    CaptureSession* session = CaptureSession::current();
+    return session != nullptr && &session->device() == &device && session->keep_event(event);
 }
 
 bool capture_join_parent(StreamState& child, StreamState& parent) noexcept {

@@ -126,6 +126,8 @@ class CaptureSession {
     [[nodiscard]] std::uintptr_t outside_key() const noexcept;
     [[nodiscard]] bool defer_join(StreamState& child, StreamState& parent) noexcept;
     [[nodiscard]] bool defer_release(Buffer& buffer) noexcept;
+    // Keeps a pooled event until the end (it may have been recorded inside the capture).
+    [[nodiscard]] bool keep_event(sys::Event event) noexcept;
 
     // The overlay. The first three return false when the access is not the capture's.
     bool before_access(HazardState& real, StreamState& stream, std::size_t offset, std::size_t bytes,
@@ -179,6 +181,7 @@ class CaptureSession {
     std::shared_ptr<StreamState> helper_;  // outside the capture: mark_outside records there
     std::vector<DeferredJoin> deferred_joins_;
     std::vector<Buffer> deferred_releases_;
+    std::vector<sys::Event> kept_events_;
     bool allocated_ = false;  // the capture took memory from the cache
     bool finished_ = false;
 };
@@ -190,6 +193,8 @@ bool capture_after_access(HazardState& real, StreamState& stream) noexcept;
 bool capture_record_use(HazardState& real, StreamState& stream);
 void capture_note_allocation(Buffer& buffer, StreamState& home);
 bool capture_defer_release(Buffer& buffer) noexcept;
+// EventPool::release: true when this thread's capture (on `device`) keeps the event until it ends.
+bool capture_keep_event(DeviceState& device, sys::Event event) noexcept;
 // Stream::join_parent: true when handled (a graph edge, or deferred to the end of the capture).
 bool capture_join_parent(StreamState& child, StreamState& parent) noexcept;
 // Stream::join(other): `waiter` is about to wait for `user`.

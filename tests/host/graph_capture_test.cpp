@@ -550,3 +550,28 @@ TEST_CASE("graph.model_memory_taken_from_the_cache_is_waited_for_by_the_first_la
     CHECK(all_equal(words(out, other), word(3)));
     CHECK_NO_VIOLATIONS();
 }
+
+TEST_CASE("graph.model_events_given_back_during_a_capture_are_usable_after_it") {
+    auto device = model_device();
+    auto origin = device.create_stream();
+    constexpr std::size_t n = 512;
+    auto x = DeviceSlice<std::uint32_t>::zeros(origin, n);
+    auto graph = capture(origin, [&](Stream& s) {
+        auto child = s.fork();
+        // Two streams write halves of one buffer: each write records an event inside the capture (Note [Eager
+        // events]); the child's next use gives its event back to the pool, still recorded inside (a raw use:
+        // nothing takes the event from the pool again before the capture ends).
+        memset(s, x.view(0, n / 2), 1);
+        memset(child, x.view(n / 2, n / 2), 3);
+        x.record_stream(child);
+    });
+    // Fresh events come from the pool (newest first): each must be usable.
+    std::vector<Event> events;
+    for (int i = 0; i < 256; ++i) events.emplace_back(device);
+    for (const auto& e : events) CHECK(e.query());
+    graph.launch(origin);
+    const auto got = words(x, origin);
+    CHECK(std::all_of(got.begin(), got.begin() + n / 2, [](std::uint32_t v) { return v == word(1); }));
+    CHECK(std::all_of(got.begin() + n / 2, got.end(), [](std::uint32_t v) { return v == word(3); }));
+    CHECK_NO_VIOLATIONS();
+}
