@@ -20,7 +20,10 @@ class CachingSource final : public CachingResource {
         : device_(device), allocator_(make_backend(device), config) {}
 
     MemoryBlock allocate(std::size_t bytes, StreamState& stream) override {
-        const alloc::Allocation allocation = allocator_.allocate(bytes, stream.key());
+        // Note [Capture overlay]: no cuMemAlloc from a capturing thread (it would invalidate the capture).
+        const alloc::Allocation allocation = allocator_.allocate(
+            bytes, stream.key(),
+            capture_on_this_thread() ? alloc::NewSegments::refused : alloc::NewSegments::allowed);
         return {allocation.ptr, allocation.block};
     }
 

@@ -4,6 +4,7 @@
 
 #include <utility>
 
+#include "core/capture.hpp"
 #include "core/device_state.hpp"
 #include "cudarc/device.hpp"
 
@@ -51,6 +52,9 @@ void PinnedAllocation::release() noexcept {
 }
 
 void PinnedAllocation::note_copy(Stream& stream) {
+    // Note [Capture overlay]: a captured copy runs at each replay; an event recorded inside the capture could
+    // not be waited for afterwards. Synchronize with the replay's stream instead.
+    if (stream.state().capture() != nullptr) return;
     if (last_copy_ != nullptr) {
         device_->events().release(last_copy_);
         last_copy_ = nullptr;
@@ -82,6 +86,7 @@ void PinnedAllocation::copy_to_device_async(Stream& stream, Buffer& dst, DeviceP
 
 void PinnedAllocation::synchronize() {
     if (last_copy_ == nullptr) return;
+    refuse_in_capture("PinnedBuffer::synchronize", "the driver refuses event waits from a capturing thread");
     device_->bind();
     device_->check(device_->api().event_synchronize(last_copy_), "cuEventSynchronize");
     AtomicCounters::bump(device_->counters().event_synchronizes);
@@ -91,6 +96,7 @@ void PinnedAllocation::synchronize() {
 
 bool PinnedAllocation::ready() const {
     if (last_copy_ == nullptr) return true;
+    refuse_in_capture("PinnedBuffer::ready", "the driver refuses event queries from a capturing thread");
     device_->bind();
     const sys::Result r = device_->api().event_query(last_copy_);
     if (r == sys::kErrorNotReady) return false;

@@ -1,5 +1,7 @@
 #include "core/stream_ordered_source.hpp"
 
+#include <fmt/format.h>
+
 #include <cstdint>
 #include <limits>
 
@@ -29,6 +31,12 @@ class StreamOrderedSource final : public MemoryResource {
 
     MemoryBlock allocate(std::size_t bytes, StreamState& stream) override {
         const sys::DriverApi& api = device_.api();
+        if (!pooled_ && capture_on_this_thread()) {
+            throw Error(fmt::format(
+                "cudarc: allocating {} bytes inside a graph capture: this device has no stream-ordered pool, "
+                "and cuMemAlloc would invalidate the capture; allocate before capturing",
+                bytes));
+        }
         device_.bind();
         DevicePtr ptr = 0;
         const sys::Result r =
