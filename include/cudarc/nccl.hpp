@@ -183,7 +183,9 @@ using element_of = typename decltype(view_of(std::declval<std::remove_reference_
 // Collectives must be called on every rank of the communicator, in the same order. One thread driving
 // several ranks (init_all) must call them inside a Group; one thread per rank may call them directly.
 // Inside a group, an operation is ordered when the group ends (Note [Hazard tracking inside a group]).
-// A communicator is used by one thread at a time, like a stream.
+// A communicator is used by one thread at a time, like a stream. NCCL work is not captured into graphs:
+// while the calling thread captures (cudarc::capture), creating a communicator and every operation throw,
+// and the capture goes on (docs/multi-gpu.md).
 //
 // Errors: a failing call throws cudarc::Error with NCCL's result, ncclGetErrorString and ncclGetLastError.
 // Asynchronous errors (a peer died, a network failure) are polled with ncclCommGetAsyncError before each

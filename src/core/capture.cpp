@@ -41,6 +41,18 @@ void refuse_in_capture(const char* what, const char* why) {
                     what, why));
 }
 
+void refuse_across_devices_in_capture(const char* what, const StreamState& stream, int from_device,
+                                      int to_device, bool conflicts_with_captured_work) {
+    CaptureSession* session = capture_on_this_thread() ? CaptureSession::current() : nullptr;
+    if (session == nullptr) return;
+    if (stream.capture() != session && !conflicts_with_captured_work) return;  // runs at once, as usual
+    throw Error(fmt::format(
+        "cudarc: {} between device {} and device {} inside a graph capture (on device {}): a capture records "
+        "the work of one device, and cudarc does not capture work across devices; do it before or after "
+        "capture() (nothing was done, and the capture goes on)",
+        what, from_device, to_device, session->device().ordinal()));
+}
+
 std::vector<GraphRange> ranges_touched(const RangeTable& touched) {
     std::vector<GraphRange> out;
     for (const RangeTable::Range& r : touched.ranges()) {

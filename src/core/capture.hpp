@@ -57,10 +57,12 @@ namespace cudarc::detail {
 //  - The single-stream fast path is off while any capture is under way (`captures_underway`), so that
 //    accesses by the capturing stream are seen.
 //
-// Limits: a stream or buffer the capture uses is used by the capturing thread alone until the capture
-// ends; an Event recorded outside the capture and waited for inside it must outlive the graph (its wait is
-// an external event node); destroying a wrapped foreign stream or the device's default stream inside the
-// body is not supported.
+// Limits: a capture records the streams of one device: work between devices that would take part in it
+// (Stream::join across devices, a copy between devices) throws, and so do NCCL operations and communicator
+// creation on the capturing thread. A stream or buffer the capture uses is used by the capturing thread alone
+// until the capture ends; an Event recorded outside the capture and waited for inside it must outlive the
+// graph (its wait is an external event node); destroying a wrapped foreign stream or the device's default
+// stream inside the body is not supported.
 
 enum class CaptureRole {
     origin,  // the stream capture() was called with
@@ -210,5 +212,10 @@ void wait_in_capture(StreamState& waiter, StreamState& user, sys::Event& event);
                                       std::size_t bytes, Access access);
 // Throws "cudarc: WHAT inside a graph capture: WHY" when a capture is under way on this thread.
 void refuse_in_capture(const char* what, const char* why);
+// Work between two devices (Note [Hazard tracking across devices]) that this thread's capture would take
+// part in: `stream` is a member, or the work conflicts with captured work on one of its buffers. A capture
+// records one device's streams, so it throws, naming `what` and both devices, before anything is done.
+void refuse_across_devices_in_capture(const char* what, const StreamState& stream, int from_device,
+                                      int to_device, bool conflicts_with_captured_work);
 
 }  // namespace cudarc::detail

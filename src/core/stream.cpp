@@ -299,6 +299,11 @@ Stream Stream::fork(const StreamOptions& options) {
 
 void Stream::join(const Stream& other) {
     if (&other.state().device() != &state_->device()) {
+        if (captures_underway.load(std::memory_order_relaxed) != 0) {
+            detail::refuse_across_devices_in_capture(
+                "Stream::join", *state_, other.state().device().ordinal(), state_->device().ordinal(),
+                other.state().capture() != nullptr);
+        }
         detail::join_across_devices(*state_, other.state());  // an event of one device, waited on by another
         return;
     }

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <exception>
 
+#include "core/capture.hpp"
 #include "core/device_state.hpp"
 #include "cudarc/nccl.hpp"
 #include "nccl/validation.hpp"
@@ -25,6 +26,17 @@ namespace {
 
 const sys::NcclApi& api() {
     return sys::nccl();
+}
+
+// Note [Capture overlay]: NCCL work is not captured. Creating a communicator allocates device memory (which
+// invalidates a capture from this thread), and an operation's group may span devices while a capture records
+// the streams of one. `what` starts with "cudarc::".
+void refuse_in_capture(const char* what) {
+    cudarc::detail::refuse_in_capture(
+        what + std::strlen("cudarc::"),
+        "cudarc does not capture NCCL communicators or operations into graphs (communicator creation "
+        "allocates device memory, and a group may span devices while a capture records one device's "
+        "streams); enqueue it outside capture()");
 }
 
 // The error for a failing NCCL call: NCCL's name for the result, ncclGetErrorString and ncclGetLastError.
@@ -127,6 +139,7 @@ Communicator::~Communicator() {
 
 std::vector<Communicator> Communicator::init_all(std::span<const Device> devices) {
     constexpr const char* what = "cudarc::nccl::Communicator::init_all";
+    refuse_in_capture(what);
     std::vector<int> ordinals;
     ordinals.reserve(devices.size());
     for (const Device& device : devices) {
@@ -165,6 +178,7 @@ std::vector<Communicator> Communicator::init_all(std::span<const Device> devices
 
 Communicator Communicator::init_rank(const Device& device, const UniqueId& id, int rank, int count) {
     constexpr const char* what = "cudarc::nccl::Communicator::init_rank";
+    refuse_in_capture(what);
     require_cuda(device, what);
     detail::check_rank(what, rank, count);
     const sys::NcclApi& nccl = api();
@@ -271,6 +285,7 @@ void Communicator::check_async_error() {
 }
 
 void Communicator::prepare(Stream& stream, const char* what) {
+    refuse_in_capture(what);
     if (comm_ == nullptr)
         throw Error(fmt::format("{}: the communicator is empty (moved from or aborted)", what));
     if (failed_) {

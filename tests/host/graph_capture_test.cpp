@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -573,5 +574,59 @@ TEST_CASE("graph.model_events_given_back_during_a_capture_are_usable_after_it") 
     const auto got = words(x, origin);
     CHECK(std::all_of(got.begin(), got.begin() + n / 2, [](std::uint32_t v) { return v == word(1); }));
     CHECK(std::all_of(got.begin() + n / 2, got.end(), [](std::uint32_t v) { return v == word(3); }));
+    CHECK_NO_VIOLATIONS();
+}
+
+// A capture records the streams of one device: work between devices that would take part in it, NCCL and
+// managed allocations (whose driver calls would invalidate the capture) throw before anything is done, and
+// the capture goes on; work on another device that does not touch captured work runs at once.
+TEST_CASE("graph.model_work_across_devices_nccl_and_managed_memory_inside_a_capture_are_refused") {
+    auto device = model_device();
+    Device device1(std::make_shared<detail::DeviceState>(model::api(), 1, DeviceOptions{}));
+    auto s = device.create_stream();
+    auto t = device1.create_stream();
+    constexpr std::size_t n = 256;
+    auto x = DeviceSlice<std::uint32_t>::zeros(s, n);
+    auto y = DeviceSlice<std::uint32_t>::zeros(t, n);
+    auto z = DeviceSlice<std::uint32_t>::zeros(s, n);  // not used by the capture
+    const std::vector<std::byte> id_bytes(nccl::UniqueId::kBytes);
+    const auto id = nccl::UniqueId::from_bytes(id_bytes);
+    const int allocations = model::calls("cuMemAlloc");
+
+    auto graph = capture(s, [&](Stream&) {
+        memset(s, x.view(), 5);
+        const char* one_device = "a capture records the work of one device";
+        // The captured stream would wait for another device's stream, or the other way round.
+        CHECK_THROWS_WITH_AS(s.join(t), doctest::Contains("Stream::join between device 1 and device 0"),
+                             Error);
+        CHECK_THROWS_WITH_AS(t.join(s), doctest::Contains("Stream::join between device 0 and device 1"),
+                             Error);
+        CHECK_THROWS_WITH_AS(s.join(t), doctest::Contains(one_device), Error);
+        // A copy between devices on a captured stream, or one that conflicts with captured work.
+        CHECK_THROWS_WITH_AS(copy(s, y.view(), x.view()),
+                             doctest::Contains("cudarc::copy between device 0 and device 1"), Error);
+        CHECK_THROWS_WITH_AS(copy(t, y.view(), x.view()), doctest::Contains(one_device), Error);
+        CHECK_THROWS_WITH_AS(copy(s, y.view(), z.view()), doctest::Contains(one_device), Error);
+        // NCCL: neither communicators nor operations.
+        CHECK_THROWS_WITH_AS((void)nccl::Communicator::init_all(std::span<const Device>(&device, 1)),
+                             doctest::Contains("nccl::Communicator::init_all inside a graph capture"), Error);
+        CHECK_THROWS_WITH_AS((void)nccl::Communicator::init_rank(device, id, 0, 1),
+                             doctest::Contains("nccl::Communicator::init_rank inside a graph capture"),
+                             Error);
+        // Managed memory: cuMemAllocManaged would invalidate the capture.
+        CHECK_THROWS_WITH_AS((void)DeviceSlice<std::uint32_t>::managed(s, n),
+                             doctest::Contains("managed memory inside a graph capture"), Error);
+        // Work of the other device that touches nothing captured runs at once.
+        memset(t, y.view(), 7);
+    });
+    CHECK(model::calls("cuMemAlloc") == allocations);
+    CHECK_NO_VIOLATIONS();  // the capture was never invalidated
+    CHECK(all_equal(words(y, t), word(7)));
+    CHECK(all_equal(words(x, s), 0));
+    graph.launch(s);
+    CHECK(all_equal(words(x, s), word(5)));
+    // Outside a capture, the same joins are ordinary.
+    t.join(s);
+    s.join(t);
     CHECK_NO_VIOLATIONS();
 }
