@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "launch_test_support.hpp"
@@ -353,5 +354,53 @@ TEST_CASE("graph.a_destroyed_buffer_fails_the_launch_by_name") {
     const auto before = device.counters();
     CHECK_THROWS_WITH_AS(graph.launch(s), doctest::Contains(fmt::format("{:#x}", address).c_str()), Error);
     CHECK((device.counters() - before).cross_stream_waits == 0);
+    device.rethrow_deferred_error();
+}
+
+// NCCL is not captured and cuMemAllocManaged would invalidate a capture: both throw inside the body, before
+// anything is done, and the capture goes on (the graph's copy is right). Outside the capture the same
+// one-rank all_reduce runs (for one rank, the identity). The NCCL part needs NCCL, the managed part managed
+// memory; the output says which part was left out.
+TEST_CASE("graph.nccl_and_managed_memory_inside_a_capture_throw_and_the_capture_goes_on") {
+    auto device = Device::open(0);
+    auto s = device.create_stream();
+    constexpr std::size_t n = (std::size_t{1} << 12) + 3;
+    const auto data = random_floats(n);
+    auto x = DeviceSlice<float>::from_host(s, data);
+    auto y = DeviceSlice<float>::from_host(s, poisoned(n));
+    std::vector<nccl::Communicator> comms;
+    if (nccl::available()) {
+        comms = nccl::Communicator::init_all(std::span<const Device>(&device, 1));
+    } else {
+        MESSAGE("NCCL is not available, its part is not checked: " << nccl::load_failure());
+    }
+    const bool managed = device.supports_managed_memory();
+    if (!managed) MESSAGE("no managed memory on this device: its part is not checked");
+    s.synchronize();
+
+    auto graph = capture(s, [&](Stream&) {
+        if (!comms.empty()) {
+            CHECK_THROWS_WITH_AS(comms[0].all_reduce(s, x, y),
+                                 doctest::Contains("nccl::Communicator::all_reduce inside a graph capture"),
+                                 Error);
+            CHECK_THROWS_WITH_AS((void)nccl::Communicator::init_all(std::span<const Device>(&device, 1)),
+                                 doctest::Contains("inside a graph capture"), Error);
+        }
+        if (managed) {
+            CHECK_THROWS_WITH_AS((void)DeviceSlice<float>::managed(s, n),
+                                 doctest::Contains("managed memory inside a graph capture"), Error);
+        }
+        copy(s, y.view(), x.view());
+    });
+    CHECK_FALSE(s.is_capturing());
+    const auto untouched = y.to_vector(s);
+    CHECK(std::all_of(untouched.begin(), untouched.end(), is_poison));  // nothing ran
+    graph.launch(s);
+    CHECK(bitwise_equal(y.to_vector(s), data));
+    if (!comms.empty()) {
+        y.copy_from_host(s, poisoned(n));
+        comms[0].all_reduce(s, x, y);
+        CHECK(bitwise_equal(y.to_vector(s), data));
+    }
     device.rethrow_deferred_error();
 }
