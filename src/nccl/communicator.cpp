@@ -318,19 +318,27 @@ void Communicator::check_buffer(const detail::CollectiveBuffer& buffer, const ch
     }
 }
 
-void Communicator::track(Stream& stream, const detail::CollectiveBuffer& send,
+bool Communicator::enqueued_at_group_end(bool point_to_point) const noexcept {
+    // Note [Hazard tracking inside a group]: NCCL runs a collective of a one-rank communicator at the call,
+    // group or not (a copy on the stream); everything else waits for the outermost ncclGroupEnd.
+    return Group::innermost() != nullptr && (point_to_point || world_size_ > 1);
+}
+
+void Communicator::track(bool at_group_end, Stream& stream, const detail::CollectiveBuffer& send,
                          const detail::CollectiveBuffer& recv) {
     // Note: each operand covers its own bytes, as a launch's arguments do. An operation in place (or an
     // all_gather whose send is a part of recv) reads bytes it also writes: the write alone orders them (a
     // separate read would only wait for the same writer twice).
     const bool read_is_written =
         send.buffer == recv.buffer && send.ptr >= recv.ptr && send.ptr + send.bytes <= recv.ptr + recv.bytes;
-    if (!read_is_written) track_one(stream, send, Access::read);
-    track_one(stream, recv, Access::write);
+    if (!read_is_written) track_one(at_group_end, stream, send, Access::read);
+    track_one(at_group_end, stream, recv, Access::write);
 }
 
-void Communicator::track_one(Stream& stream, const detail::CollectiveBuffer& buffer, Access access) {
-    if (Group* group = Group::innermost()) {
+void Communicator::track_one(bool at_group_end, Stream& stream, const detail::CollectiveBuffer& buffer,
+                             Access access) {
+    if (at_group_end) {
+        Group* group = Group::innermost();
         // Note [Hazard tracking inside a group]
         group->pending_.push_back({&stream, buffer.buffer, buffer.ptr, buffer.bytes, access});
         return;
@@ -338,10 +346,10 @@ void Communicator::track_one(Stream& stream, const detail::CollectiveBuffer& buf
     cudarc::detail::prepare_access(stream, *buffer.buffer, buffer.ptr, buffer.bytes, access);
 }
 
-void Communicator::finish(Stream& stream, const detail::CollectiveBuffer& send,
+void Communicator::finish(bool at_group_end, Stream& stream, const detail::CollectiveBuffer& send,
                           const detail::CollectiveBuffer& recv) noexcept {
-    if (Group::innermost() != nullptr) return;  // the group finishes its accesses when it ends
-    stream.state().device().bind_noexcept();    // Note [NCCL and the current context]
+    if (at_group_end) return;                 // the group finishes its accesses when it ends
+    stream.state().device().bind_noexcept();  // Note [NCCL and the current context]
     cudarc::detail::finish_access(stream, *send.buffer);
     if (recv.buffer != send.buffer) cudarc::detail::finish_access(stream, *recv.buffer);
 }
@@ -355,12 +363,13 @@ void Communicator::run_all_reduce(Stream& stream, const detail::CollectiveBuffer
     check_buffer(send, what, "send buffer");
     check_buffer(recv, what, "receive buffer");
     detail::check_same_count(what, send.count, recv.count);
-    track(stream, send, recv);
+    const bool at_group_end = enqueued_at_group_end(false);
+    track(at_group_end, stream, send, recv);
     const sys::NcclResult result =
         api().all_reduce(address(send), address(recv), recv.count, detail::nccl_data_type(recv.type),
                          detail::nccl_reduce_op(op), comm_, stream.native());
     DeviceState::forget_thread_binding();
-    finish(stream, send, recv);
+    finish(at_group_end, stream, send, recv);
     check_result(result, "ncclAllReduce");
 }
 
@@ -373,12 +382,13 @@ void Communicator::run_broadcast(Stream& stream, const detail::CollectiveBuffer&
     detail::check_same_count(what, send.count, recv.count);
     detail::check_root(what, root, world_size_);
     // Note: only the root reads its send buffer; tracking it on every rank only adds ordering.
-    track(stream, send, recv);
+    const bool at_group_end = enqueued_at_group_end(false);
+    track(at_group_end, stream, send, recv);
     const sys::NcclResult result =
         api().broadcast(address(send), address(recv), recv.count, detail::nccl_data_type(recv.type), root,
                         comm_, stream.native());
     DeviceState::forget_thread_binding();
-    finish(stream, send, recv);
+    finish(at_group_end, stream, send, recv);
     check_result(result, "ncclBroadcast");
 }
 
@@ -390,12 +400,13 @@ void Communicator::run_reduce(Stream& stream, const detail::CollectiveBuffer& se
     check_buffer(recv, what, "receive buffer");
     detail::check_same_count(what, send.count, recv.count);
     detail::check_root(what, root, world_size_);
-    track(stream, send, recv);
+    const bool at_group_end = enqueued_at_group_end(false);
+    track(at_group_end, stream, send, recv);
     const sys::NcclResult result =
         api().reduce(address(send), address(recv), recv.count, detail::nccl_data_type(recv.type),
                      detail::nccl_reduce_op(op), root, comm_, stream.native());
     DeviceState::forget_thread_binding();
-    finish(stream, send, recv);
+    finish(at_group_end, stream, send, recv);
     check_result(result, "ncclReduce");
 }
 
@@ -406,11 +417,12 @@ void Communicator::run_all_gather(Stream& stream, const detail::CollectiveBuffer
     check_buffer(send, what, "send buffer");
     check_buffer(recv, what, "receive buffer");
     detail::check_gather_counts(what, send.count, recv.count, world_size_);
-    track(stream, send, recv);
+    const bool at_group_end = enqueued_at_group_end(false);
+    track(at_group_end, stream, send, recv);
     const sys::NcclResult result = api().all_gather(
         address(send), address(recv), send.count, detail::nccl_data_type(recv.type), comm_, stream.native());
     DeviceState::forget_thread_binding();
-    finish(stream, send, recv);
+    finish(at_group_end, stream, send, recv);
     check_result(result, "ncclAllGather");
 }
 
@@ -421,12 +433,13 @@ void Communicator::run_reduce_scatter(Stream& stream, const detail::CollectiveBu
     check_buffer(send, what, "send buffer");
     check_buffer(recv, what, "receive buffer");
     detail::check_scatter_counts(what, send.count, recv.count, world_size_);
-    track(stream, send, recv);
+    const bool at_group_end = enqueued_at_group_end(false);
+    track(at_group_end, stream, send, recv);
     const sys::NcclResult result =
         api().reduce_scatter(address(send), address(recv), recv.count, detail::nccl_data_type(recv.type),
                              detail::nccl_reduce_op(op), comm_, stream.native());
     DeviceState::forget_thread_binding();
-    finish(stream, send, recv);
+    finish(at_group_end, stream, send, recv);
     check_result(result, "ncclReduceScatter");
 }
 
@@ -435,11 +448,12 @@ void Communicator::run_send(Stream& stream, const detail::CollectiveBuffer& data
     prepare(stream, what);
     check_buffer(data, what, "send buffer");
     detail::check_peer(what, peer, world_size_);
-    track_one(stream, data, Access::read);
+    const bool at_group_end = enqueued_at_group_end(true);
+    track_one(at_group_end, stream, data, Access::read);
     const sys::NcclResult result = api().send(address(data), data.count, detail::nccl_data_type(data.type),
                                               peer, comm_, stream.native());
     DeviceState::forget_thread_binding();
-    finish(stream, data, data);
+    finish(at_group_end, stream, data, data);
     check_result(result, "ncclSend");
 }
 
@@ -448,11 +462,12 @@ void Communicator::run_recv(Stream& stream, const detail::CollectiveBuffer& data
     prepare(stream, what);
     check_buffer(data, what, "receive buffer");
     detail::check_peer(what, peer, world_size_);
-    track_one(stream, data, Access::write);
+    const bool at_group_end = enqueued_at_group_end(true);
+    track_one(at_group_end, stream, data, Access::write);
     const sys::NcclResult result = api().recv(address(data), data.count, detail::nccl_data_type(data.type),
                                               peer, comm_, stream.native());
     DeviceState::forget_thread_binding();
-    finish(stream, data, data);
+    finish(at_group_end, stream, data, data);
     check_result(result, "ncclRecv");
 }
 
