@@ -522,8 +522,9 @@ bool lion_sign_is_ambiguous(const Problem& p, std::size_t t, std::size_t i, cons
         }
     }
     const double b1 = kp.beta1;
-    const double c = b1 * m + (1.0 - b1) * g;
-    return std::abs(c) <= 1e-6 * (std::abs(b1 * m) + std::abs((1.0 - b1) * g));
+    const double c1 = kp.beta1_complement;  // the kernels' 1 - beta1 (Note [Complements])
+    const double c = b1 * m + c1 * g;
+    return std::abs(c) <= 1e-6 * (std::abs(b1 * m) + std::abs(c1 * g));
 }
 
 void compare_with_reference(const Problem& p, const Outcome& device, bool expect_clipping) {
