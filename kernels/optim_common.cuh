@@ -49,12 +49,15 @@ enum UpdateRule {
 enum ElementType { kFp32 = 0, kFp16 = 1, kBf16 = 2 };
 enum StatePrecision { kStateFp32 = 0, kStateBlockwise8 = 1 };
 
-// Hyper-parameters of one step. step, inv_grad_scale, step_size, bias_correction2_sqrt and decay (and
-// AdEMAMix's alpha and beta3) are derived on the host from the others
+// Hyper-parameters of one step. step, inv_grad_scale, step_size, bias_correction2_sqrt, decay and the
+// complements (and AdEMAMix's alpha and beta3) are derived on the host from the others
 // (cudarc::optim::abi::make_kernel_params), in double, as torch does in Python; the ones that follow the step
-// by derive_step below. Note: rules whose needs are disjoint share two fields (accessors below), so the block
-// stays 68 bytes: it is passed by value to every launch, and 8 more bytes changed the register allocation of
-// the 8-bit multi-tensor kernels (docs/optimizers.md, "Kernel ABI").
+// by derive_step below. Note [Complements]: an EMA's weight of the new value, 1 - beta, is rounded once from
+// the caller's double beta, as torch rounds its double 1 - beta to the float tensors' type; 1.0f minus the
+// float beta would differ by beta's own rounding (0.999f = 0.99900001: 1 - beta2 off by 1.3e-5 relative).
+// Note: rules whose needs are disjoint share fields (accessors below), so the block stays small: it is passed
+// by value to every launch, and its size moved the register allocation of the 8-bit multi-tensor kernels
+// (docs/optimizers.md, "Kernel ABI").
 struct OptimParams {
     float lr;              // learning rate
     float beta1;           // Adam/AdamW/Lion/AdEMAMix/LAMB
@@ -62,7 +65,8 @@ struct OptimParams {
     float eps;             // Adam/AdamW/RMSprop/Adagrad/AdEMAMix/LAMB
     float weight_decay;    // L2 (added to the gradient), decoupled (AdamW/Lion/AdEMAMix), LAMB's, LARS'
     float momentum;        // SGD, LARS
-    float dampening;       // SGD; LARS: its trust coefficient (trust_coefficient())
+    float dampening;       // SGD; LARS: its trust coefficient (trust_coefficient()); AdEMAMix: 1 - this
+                           // step's beta3 (slow_decay_complement())
     float alpha;           // RMSprop smoothing constant; AdEMAMix: this step's weight of the slow EMA
     float lr_decay;        // Adagrad; AdEMAMix: this step's beta3 (slow_decay())
     float grad_scale;      // the stored gradient is grad_scale times the true one (loss scaling)
@@ -74,6 +78,9 @@ struct OptimParams {
                            // Adagrad: lr / (1 + (step-1) lr_decay)
     float bias_correction2_sqrt;  // Adam/AdamW/AdEMAMix/LAMB: sqrt(1 - beta2^step)
     float decay;                  // AdamW/Lion/AdEMAMix: 1 - lr * weight_decay
+    float beta1_complement;       // 1 - beta1 (Note [Complements]); RMSprop: 1 - alpha
+                                  // (smoothing_complement()); SGD: 1 - dampening (dampening_complement())
+    float beta2_complement;       // 1 - beta2 (Adam/AdamW/Lion/AdEMAMix/LAMB)
 };
 
 // One tensor: its parameter and gradient (same dtype), its state and, for max_unorm, its workspace.
@@ -95,7 +102,7 @@ struct OptimChunk {
     i64 offset;
 };
 
-static_assert(sizeof(OptimParams) == 68, "OptimParams layout changed: update docs/optimizers.md");
+static_assert(sizeof(OptimParams) == 76, "OptimParams layout changed: update docs/optimizers.md");
 static_assert(sizeof(OptimTensor) == 64, "OptimTensor layout changed: update docs/optimizers.md");
 static_assert(sizeof(OptimChunk) == 16, "OptimChunk layout changed: update docs/optimizers.md");
 
@@ -126,7 +133,7 @@ struct OptimStepState {
 };
 
 static_assert(sizeof(StepSchedule) == 80, "StepSchedule layout changed: update docs/optimizers.md");
-static_assert(sizeof(OptimStepState) == 160, "OptimStepState layout changed: update docs/optimizers.md");
+static_assert(sizeof(OptimStepState) == 168, "OptimStepState layout changed: update docs/optimizers.md");
 
 // The shared fields of OptimParams, by the names their rules use.
 CUDARC_OPTIM_FN float& trust_coefficient(OptimParams& p) {
@@ -140,6 +147,26 @@ CUDARC_OPTIM_FN float& slow_decay(OptimParams& p) {
 }
 CUDARC_OPTIM_FN float slow_decay(const OptimParams& p) {
     return p.lr_decay;
+}
+// AdEMAMix: 1 - this step's beta3 (derive_step), in SGD's dampening (SGD's kernels read only its complement).
+CUDARC_OPTIM_FN float& slow_decay_complement(OptimParams& p) {
+    return p.dampening;
+}
+CUDARC_OPTIM_FN float slow_decay_complement(const OptimParams& p) {
+    return p.dampening;
+}
+// RMSprop's 1 - alpha and SGD's 1 - dampening, in the complement of beta1 (which neither uses).
+CUDARC_OPTIM_FN float& smoothing_complement(OptimParams& p) {
+    return p.beta1_complement;
+}
+CUDARC_OPTIM_FN float smoothing_complement(const OptimParams& p) {
+    return p.beta1_complement;
+}
+CUDARC_OPTIM_FN float& dampening_complement(OptimParams& p) {
+    return p.beta1_complement;
+}
+CUDARC_OPTIM_FN float dampening_complement(const OptimParams& p) {
+    return p.beta1_complement;
 }
 
 // --- The state a rule keeps ---
@@ -753,7 +780,8 @@ CUDARC_OPTIM_FN double exp_nonpositive(double x) {
 }  // namespace fp64
 
 // Fills the fields of `p` that depend on the step number (step, step_size, bias_correction2_sqrt, and
-// AdEMAMix's alpha and beta3) for 1-based step `step` of `rule`; the other fields are left as they are.
+// AdEMAMix's alpha, beta3 and 1 - beta3) for 1-based step `step` of `rule`; the other fields are left as
+// they are.
 CUDARC_OPTIM_FN void derive_step(int rule, const StepSchedule& s, i64 step, OptimParams& p) {
     p.step = step < 0x7fffffff ? static_cast<int>(step) : 0x7fffffff;
     p.step_size = fp64::to_float(s.lr);
@@ -789,6 +817,7 @@ CUDARC_OPTIM_FN void derive_step(int rule, const StepSchedule& s, i64 step, Opti
         }
         p.alpha = fp64::to_float(alpha);
         slow_decay(p) = fp64::to_float(beta3);
+        slow_decay_complement(p) = fp64::to_float(fp64::sub(1.0, beta3));  // Note [Complements]
     }
 }
 
@@ -819,8 +848,8 @@ CUDARC_OPTIM_FN bool update_element(const OptimParams& hp, float param, float gr
     }
     if (has_l2_decay(A) && hp.weight_decay != 0.0f) g = fp::fma(hp.weight_decay, param, g);
     if (A == kAdam || A == kAdamW || A == kLamb) {
-        s1 = fp::fma(hp.beta1, s1, fp::mul(fp::sub(1.0f, hp.beta1), g));
-        s2 = fp::fma(hp.beta2, s2, fp::mul(fp::mul(fp::sub(1.0f, hp.beta2), g), g));
+        s1 = fp::fma(hp.beta1, s1, fp::mul(hp.beta1_complement, g));
+        s2 = fp::fma(hp.beta2, s2, fp::mul(fp::mul(hp.beta2_complement, g), g));
         const float denom = fp::add(fp::div(fp::sqrt(s2), hp.bias_correction2_sqrt), hp.eps);
         update = fp::mul(hp.step_size, fp::div(s1, denom));
         // LAMB's direction: the bias-corrected Adam ratio plus the weight decay (step_size = 1 / (1 - b1^t)).
@@ -829,24 +858,24 @@ CUDARC_OPTIM_FN bool update_element(const OptimParams& hp, float param, float gr
         float direction = g;
         if (hp.momentum != 0.0f) {
             // torch starts the buffer as a copy of the first gradient (no dampening on step 1).
-            s1 = hp.step <= 1 ? g : fp::fma(hp.momentum, s1, fp::mul(fp::sub(1.0f, hp.dampening), g));
+            s1 = hp.step <= 1 ? g : fp::fma(hp.momentum, s1, fp::mul(dampening_complement(hp), g));
             direction = hp.nesterov != 0 ? fp::fma(hp.momentum, s1, g) : s1;
         }
         update = fp::mul(hp.lr, direction);
     } else if (A == kLion) {
-        const float c = fp::fma(hp.beta1, s1, fp::mul(fp::sub(1.0f, hp.beta1), g));
+        const float c = fp::fma(hp.beta1, s1, fp::mul(hp.beta1_complement, g));
         update = c > 0.0f ? hp.lr : (c < 0.0f ? -hp.lr : 0.0f);
-        s1 = fp::fma(hp.beta2, s1, fp::mul(fp::sub(1.0f, hp.beta2), g));
+        s1 = fp::fma(hp.beta2, s1, fp::mul(hp.beta2_complement, g));
     } else if (A == kRmsprop) {
-        s1 = fp::fma(hp.alpha, s1, fp::mul(fp::mul(fp::sub(1.0f, hp.alpha), g), g));
+        s1 = fp::fma(hp.alpha, s1, fp::mul(fp::mul(smoothing_complement(hp), g), g));
         update = fp::mul(hp.lr, fp::div(g, fp::add(fp::sqrt(s1), hp.eps)));
     } else if (A == kAdagrad) {
         s1 = fp::fma(g, g, s1);
         update = fp::mul(hp.step_size, fp::div(g, fp::add(fp::sqrt(s1), hp.eps)));
     } else if (A == kAdemamix) {
-        s1 = fp::fma(hp.beta1, s1, fp::mul(fp::sub(1.0f, hp.beta1), g));
-        s3 = fp::fma(slow_decay(hp), s3, fp::mul(fp::sub(1.0f, slow_decay(hp)), g));
-        s2 = fp::fma(hp.beta2, s2, fp::mul(fp::mul(fp::sub(1.0f, hp.beta2), g), g));
+        s1 = fp::fma(hp.beta1, s1, fp::mul(hp.beta1_complement, g));
+        s3 = fp::fma(slow_decay(hp), s3, fp::mul(slow_decay_complement(hp), g));
+        s2 = fp::fma(hp.beta2, s2, fp::mul(fp::mul(hp.beta2_complement, g), g));
         const float denom = fp::add(fp::div(fp::sqrt(s2), hp.bias_correction2_sqrt), hp.eps);
         const float mixed = fp::fma(hp.step_size, s1, fp::mul(fp::mul(hp.lr, hp.alpha), s3));
         update = fp::div(mixed, denom);
@@ -902,31 +931,31 @@ CUDARC_OPTIM_FN float update_8bit(const OptimParams& hp, float param, float g, f
     static_assert(!uses_trust_ratio(A), "LAMB and LARS keep 32-bit state");
     if (has_l2_decay(A) && hp.weight_decay != 0.0f) g = fp::fma(hp.weight_decay, param, g);
     if (A == kAdam || A == kAdamW) {
-        s1 = fp::fma(hp.beta1, s1, fp::mul(fp::sub(1.0f, hp.beta1), g));
-        s2 = fp::fma(hp.beta2, s2, fp::mul(fp::mul(fp::sub(1.0f, hp.beta2), g), g));
+        s1 = fp::fma(hp.beta1, s1, fp::mul(hp.beta1_complement, g));
+        s2 = fp::fma(hp.beta2, s2, fp::mul(fp::mul(hp.beta2_complement, g), g));
         const float denom = fp::add(fp::sqrt_normal(s2), fp::mul(hp.eps, hp.bias_correction2_sqrt));
         return fp::mul(fp::mul(fp::mul(hp.step_size, hp.bias_correction2_sqrt), s1), fp::rcp_approx(denom));
     } else if (A == kSgd) {
         float direction = g;
         if (hp.momentum != 0.0f) {
-            s1 = hp.step <= 1 ? g : fp::fma(hp.momentum, s1, fp::mul(fp::sub(1.0f, hp.dampening), g));
+            s1 = hp.step <= 1 ? g : fp::fma(hp.momentum, s1, fp::mul(dampening_complement(hp), g));
             direction = hp.nesterov != 0 ? fp::fma(hp.momentum, s1, g) : s1;
         }
         return fp::mul(hp.lr, direction);
     } else if (A == kLion) {
-        const float c = fp::fma(hp.beta1, s1, fp::mul(fp::sub(1.0f, hp.beta1), g));
-        s1 = fp::fma(hp.beta2, s1, fp::mul(fp::sub(1.0f, hp.beta2), g));
+        const float c = fp::fma(hp.beta1, s1, fp::mul(hp.beta1_complement, g));
+        s1 = fp::fma(hp.beta2, s1, fp::mul(hp.beta2_complement, g));
         return c > 0.0f ? hp.lr : (c < 0.0f ? -hp.lr : 0.0f);
     } else if (A == kRmsprop) {
-        s1 = fp::fma(hp.alpha, s1, fp::mul(fp::mul(fp::sub(1.0f, hp.alpha), g), g));
+        s1 = fp::fma(hp.alpha, s1, fp::mul(fp::mul(smoothing_complement(hp), g), g));
         return fp::mul(fp::mul(hp.lr, g), fp::rcp_approx(fp::add(fp::sqrt_normal(s1), hp.eps)));
     } else if (A == kAdagrad) {
         s1 = fp::fma(g, g, s1);
         return fp::mul(fp::mul(hp.step_size, g), fp::rcp_approx(fp::add(fp::sqrt_normal(s1), hp.eps)));
     } else {  // kAdemamix
-        s1 = fp::fma(hp.beta1, s1, fp::mul(fp::sub(1.0f, hp.beta1), g));
-        s3 = fp::fma(slow_decay(hp), s3, fp::mul(fp::sub(1.0f, slow_decay(hp)), g));
-        s2 = fp::fma(hp.beta2, s2, fp::mul(fp::mul(fp::sub(1.0f, hp.beta2), g), g));
+        s1 = fp::fma(hp.beta1, s1, fp::mul(hp.beta1_complement, g));
+        s3 = fp::fma(slow_decay(hp), s3, fp::mul(slow_decay_complement(hp), g));
+        s2 = fp::fma(hp.beta2, s2, fp::mul(fp::mul(hp.beta2_complement, g), g));
         const float bc2 = hp.bias_correction2_sqrt;
         const float denom = fp::add(fp::sqrt_normal(s2), fp::mul(hp.eps, bc2));
         const float mixed =

@@ -23,7 +23,8 @@ void copy(Stream& stream, DeviceView<T> dst, DeviceView<const std::remove_const_
                                   bytes);
 }
 
-// Host to device, asynchronous on `stream`; `src` may be reused as soon as this returns.
+// Host to device, asynchronous on `stream`; `src` may be reused as soon as this returns. Inside a graph
+// capture, a copy from pageable memory throws (the graph would read `src` at every replay).
 template <typename T>
 void copy(Stream& stream, DeviceView<T> dst, std::span<const std::type_identity_t<T>> src) {
     static_assert(!std::is_const_v<T>,
@@ -35,7 +36,8 @@ void copy(Stream& stream, DeviceView<T> dst, std::span<const std::type_identity_
 }
 
 // Device to host. Returns once the data is in `dst`: into pageable memory the copy itself blocks, so no
-// synchronize is added; into page-locked memory the stream is synchronized (counted).
+// synchronize is added; into page-locked memory the stream is synchronized (counted). Throws inside a graph
+// capture (use PinnedBuffer::copy_from_device_async there).
 template <typename T>
 void copy(Stream& stream, std::span<std::remove_const_t<T>> dst, DeviceView<T> src) {
     if (dst.size() != src.size())

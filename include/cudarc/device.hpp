@@ -96,7 +96,8 @@ class Device {
     [[nodiscard]] Stream create_stream(const StreamOptions& options) const;
     [[nodiscard]] Stream create_stream() const;
 
-    // Blocks until all work on the device completes (counted as a host synchronization).
+    // Blocks until all work on the device completes (counted as a host synchronization). Throws inside a
+    // graph capture on this thread.
     void synchronize() const;
 
     // Peer access (docs/multi-gpu.md). Whether this device can address `other`'s memory directly, over

@@ -1,6 +1,7 @@
 // cudarc::Event — a marker in a stream: record, wait, query, synchronize, time.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "cudarc/detail/native_handles.hpp"
@@ -28,24 +29,32 @@ class Event {
     Event& operator=(Event&& other) noexcept;
     ~Event();
 
-    // Captures the work submitted to `stream` so far.
+    // Captures the work submitted to `stream` so far. Recorded on a stream that is being captured into a
+    // graph, it marks a point of the captured work: streams may wait for it inside the capture (a graph
+    // dependency), but nothing can wait for it, query it or synchronize with it after the capture until it
+    // is recorded again (docs/graphs.md).
     void record(Stream& stream);
-    // True when the captured work has completed (or the event was never recorded). Never blocks.
+    // True when the captured work has completed (or the event was never recorded). Never blocks. Throws
+    // during a graph capture on this thread, and for an event last recorded inside a capture.
     [[nodiscard]] bool query() const;
-    // Blocks the host until the captured work completes (counted).
+    // Blocks the host until the captured work completes (counted). Throws like query().
     void synchronize() const;
     // Milliseconds between two recorded timing events; both must have completed.
     [[nodiscard]] static float elapsed_ms(const Event& start, const Event& end);
 
     [[nodiscard]] NativeEvent native() const noexcept { return event_; }
     [[nodiscard]] bool timing() const noexcept { return timing_ == EventTiming::enabled; }
+    // Internal: the serial number of the graph capture the event was last recorded in (0: none).
+    [[nodiscard]] std::uint64_t recorded_in_capture() const noexcept { return recorded_in_capture_; }
 
   private:
     void release() noexcept;
+    void refuse_if_captured(const char* what) const;
 
     std::shared_ptr<detail::DeviceState> device_;
     NativeEvent event_ = nullptr;
     EventTiming timing_ = EventTiming::disabled;
+    std::uint64_t recorded_in_capture_ = 0;
 };
 
 }  // namespace cudarc

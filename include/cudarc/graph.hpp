@@ -1,9 +1,12 @@
-// cudarc::Graph — work captured from a stream once and replayed with one launch.
+// cudarc::Graph — work captured from streams once and replayed with one launch (docs/graphs.md).
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <utility>
+#include <vector>
 
+#include "cudarc/detail/native_handles.hpp"
 #include "cudarc/stream.hpp"
 
 namespace cudarc {
@@ -13,12 +16,28 @@ class DeviceState;
 class GraphState;
 }  // namespace detail
 
-// An instantiated graph. Move-only. Memory the caching allocator handed out or took back during the
-// capture stays reserved for the graph until it is destroyed (a replay may touch it), then is reused only
-// after the graph's last replay has completed.
+// What Graph::update did.
+enum class GraphUpdate {
+    in_place,        // the new capture has the same shape: the executable graph was updated and kept
+    reinstantiated,  // the shape differed (or the driver cannot update): a new executable graph replaced it
+};
+[[nodiscard]] const char* to_string(GraphUpdate update) noexcept;
+
+// One byte range that a graph's work reads or writes (Graph::accesses).
+struct GraphAccess {
+    DevicePtr address = 0;
+    std::size_t bytes = 0;
+    bool writes = false;  // written (perhaps also read); otherwise only read
+};
+
+// An instantiated graph. Move-only; used by one host thread at a time.
 //
-// Note: capture what runs on one stream. Buffers the captured work uses should have been last used on the
-// capturing stream (or be fresh), so hazard tracking adds no wait on another stream inside the capture.
+// Every launch counts, for hazard tracking, as the accesses the captured work makes: the launch stream
+// first waits for conflicting earlier work on other streams (including work from before the capture), and
+// later work and frees on other streams wait for the replay. Memory allocated inside the capture belongs to
+// the graph: it is reused only after the graph is destroyed and its last replay has completed. Any other
+// buffer the graph uses must stay alive while the graph may be launched: a launch after one was destroyed
+// throws, naming it, and enqueues nothing.
 class Graph {
   public:
     Graph(const Graph&) = delete;
@@ -27,8 +46,23 @@ class Graph {
     Graph& operator=(Graph&&) noexcept;
     ~Graph();
 
-    // Replays the captured work on `stream` (asynchronously).
+    // Replays the captured work on `stream` (asynchronously). One graph may be launched on several streams;
+    // the driver runs its launches one after another.
     void launch(Stream& stream);
+    // Prepares the graph on the device ahead of its first launch (cuGraphUpload), on `stream`.
+    void upload(Stream& stream);
+    // Takes over the work of a newer capture (of the same device). When the captures have the same shape
+    // (kernels may differ in their arguments, copies in their addresses), the executable graph is updated
+    // in place (cuGraphExecUpdate); otherwise the new capture is instantiated and replaces it. Launches
+    // already enqueued run the old work. Throws (changing nothing) when instantiating fails.
+    GraphUpdate update(Graph captured);
+    // The same with a capture of `body` made for the purpose (instantiated only when needed).
+    template <typename Body>
+    GraphUpdate update(Stream& stream, Body&& body);
+
+    // The byte ranges the captured work reads and writes, in address order (memory allocated and freed
+    // inside the capture excluded: it belongs to the graph alone).
+    [[nodiscard]] std::vector<GraphAccess> accesses() const;
 
     // Internal.
     explicit Graph(std::unique_ptr<detail::GraphState> state) noexcept;
@@ -38,13 +72,18 @@ class Graph {
 };
 
 namespace detail {
+enum class Instantiate { yes, no };
 void begin_capture(Stream& stream);
-Graph end_capture(Stream& stream);
+Graph end_capture(Stream& stream, Instantiate instantiate);
 void abandon_capture(Stream& stream) noexcept;
 }  // namespace detail
 
-// Captures what `body(stream)` enqueues on `stream` (thread-local capture mode) and instantiates it.
-// Nothing runs during the capture. On an exception the capture is abandoned and the exception rethrown.
+// Captures what `body(stream)` enqueues (thread-local capture mode) and instantiates it. Nothing runs
+// during the capture. Streams forked from `stream` inside the body take part (their forks and joins become
+// graph dependencies, and so do hazard waits between them); they must be destroyed inside the body. On an
+// exception the capture is abandoned, the streams are usable again, and the exception is rethrown.
+// Blocking work (synchronize, queries, copies to host memory) and allocations that need new driver memory
+// throw inside the body without doing anything. docs/graphs.md has the rules.
 template <typename Body>
 [[nodiscard]] Graph capture(Stream& stream, Body&& body) {
     detail::begin_capture(stream);
@@ -54,7 +93,19 @@ template <typename Body>
         detail::abandon_capture(stream);
         throw;
     }
-    return detail::end_capture(stream);
+    return detail::end_capture(stream, detail::Instantiate::yes);
+}
+
+template <typename Body>
+GraphUpdate Graph::update(Stream& stream, Body&& body) {
+    detail::begin_capture(stream);
+    try {
+        std::forward<Body>(body)(stream);
+    } catch (...) {
+        detail::abandon_capture(stream);
+        throw;
+    }
+    return update(detail::end_capture(stream, detail::Instantiate::no));
 }
 
 }  // namespace cudarc

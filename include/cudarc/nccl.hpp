@@ -183,7 +183,9 @@ using element_of = typename decltype(view_of(std::declval<std::remove_reference_
 // Collectives must be called on every rank of the communicator, in the same order. One thread driving
 // several ranks (init_all) must call them inside a Group; one thread per rank may call them directly.
 // Inside a group, an operation is ordered when the group ends (Note [Hazard tracking inside a group]).
-// A communicator is used by one thread at a time, like a stream.
+// A communicator is used by one thread at a time, like a stream. NCCL work is not captured into graphs:
+// while the calling thread captures (cudarc::capture), creating a communicator and every operation throw,
+// and the capture goes on (docs/multi-gpu.md).
 //
 // Errors: a failing call throws cudarc::Error with NCCL's result, ncclGetErrorString and ncclGetLastError.
 // Asynchronous errors (a peer died, a network failure) are polled with ncclCommGetAsyncError before each
@@ -318,12 +320,13 @@ class Communicator {
     // Orders the operation after earlier conflicting work (hazard tracking: each operand covers exactly its
     // view's bytes, send read, recv written), at once or, inside a group, when the group ends (Note [Hazard
     // tracking inside a group]).
-    static void track(Stream& stream, const detail::CollectiveBuffer& send,
+    [[nodiscard]] bool enqueued_at_group_end(bool point_to_point) const noexcept;
+    static void track(bool at_group_end, Stream& stream, const detail::CollectiveBuffer& send,
                       const detail::CollectiveBuffer& recv);
-    static void track_one(Stream& stream, const detail::CollectiveBuffer& buffer,
+    static void track_one(bool at_group_end, Stream& stream, const detail::CollectiveBuffer& buffer,
                           cudarc::detail::Access access);
-    // Once the operation is enqueued (outside a group): records the events later waiters reuse.
-    static void finish(Stream& stream, const detail::CollectiveBuffer& send,
+    // Once the operation is enqueued (unless at the group's end): records the events later waiters reuse.
+    static void finish(bool at_group_end, Stream& stream, const detail::CollectiveBuffer& send,
                        const detail::CollectiveBuffer& recv) noexcept;
     // Throws the NCCL error (marking the communicator failed unless it blamed the arguments).
     void check_result(int result, const char* call);
@@ -344,7 +347,9 @@ class Communicator {
 // where they are ordered: when the outermost group ends, each operation first waits for the conflicting work
 // enqueued on other streams until then (inside the group too), and work enqueued afterwards waits for it
 // (the events it waits on are recorded after ncclGroupEnd). So the streams and buffers given to operations
-// inside a group must stay alive, and in place, until it ends.
+// inside a group must stay alive, and in place, until it ends. One exception, NCCL's own: a collective of a
+// one-rank communicator runs at the call, group or not (NCCL enqueues a copy at once), so it is ordered
+// there, like any operation outside a group.
 class Group {
   public:
     Group();

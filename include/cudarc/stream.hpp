@@ -44,17 +44,21 @@ class Stream {
     Stream& operator=(Stream&& other) noexcept;
     ~Stream();
 
-    // A child stream that first waits for this stream's work so far, and joins back on destruction.
+    // A child stream that first waits for this stream's work so far, and joins back on destruction. Forked
+    // from a stream being captured, the child takes part in the capture (docs/graphs.md).
     [[nodiscard]] Stream fork(const StreamOptions& options = {});
     // Makes this stream wait for the work submitted to `other` so far, `other` on this device or another.
-    // Never blocks the host.
+    // Never blocks the host. During a capture: a stream that joins a captured one takes part in the capture
+    // from then on; a captured stream cannot join one outside the capture (throws).
     void join(const Stream& other);
-    // Makes this stream wait for `event`'s last record.
+    // Makes this stream wait for `event`'s last record. During a capture, waiting for an event recorded
+    // inside it makes this stream take part; a captured stream waiting for an event recorded outside gets an
+    // event-wait node (each replay waits for the event's latest record).
     void wait(const Event& event);
 
-    // Blocks the host until the stream's work completes (counted).
+    // Blocks the host until the stream's work completes (counted). Throws inside a graph capture.
     void synchronize();
-    // True when all work submitted so far has completed. Never blocks.
+    // True when all work submitted so far has completed. Never blocks. Throws inside a graph capture.
     [[nodiscard]] bool query() const;
     // True while work on this stream is being captured into a graph (an invalidated capture counts until
     // it is ended). One driver query; never blocks.

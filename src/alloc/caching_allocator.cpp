@@ -84,7 +84,7 @@ CachingAllocator::~CachingAllocator() {
 // ---------------------------------------------------------------------------------------------
 // Allocation
 
-Allocation CachingAllocator::allocate(std::size_t bytes, StreamKey stream) {
+Allocation CachingAllocator::allocate(std::size_t bytes, StreamKey stream, NewSegments new_segments) {
     if (bytes == 0) return {};
     std::lock_guard lock(mutex_);
     if (bytes > kLargestRequest) throw_out_of_memory(bytes);
@@ -95,6 +95,13 @@ Allocation CachingAllocator::allocate(std::size_t bytes, StreamKey stream) {
     Block* block = take_cached_block(size, stream, small);
     if (block != nullptr) {
         ++stats_.cache_hits;
+    } else if (new_segments == NewSegments::refused) {
+        throw Error(fmt::format(
+            "cudarc: allocating {} bytes inside a graph capture needs a new {} segment from the driver, and "
+            "cuMemAlloc would invalidate the capture; allocate buffers of this size on this stream once "
+            "before "
+            "capturing (freed blocks stay cached), or use MemorySource::stream_ordered",
+            bytes, small ? "small-pool" : "large-pool"));
     } else {
         ++stats_.cache_misses;
         block = allocate_with_escalation(size, stream, small);
@@ -603,7 +610,11 @@ CachingAllocator::Capture* CachingAllocator::find_capture(CaptureId id) const no
 
 CachingAllocator::Capture* CachingAllocator::underway_capture_on(StreamKey stream) const noexcept {
     for (const auto& capture : captures_) {
-        if (capture->underway && capture->stream == stream) return capture.get();
+        if (!capture->underway) continue;
+        if (capture->stream == stream ||
+            std::find(capture->joined.begin(), capture->joined.end(), stream) != capture->joined.end()) {
+            return capture.get();
+        }
     }
     return nullptr;
 }
@@ -623,6 +634,19 @@ CaptureId CachingAllocator::notify_capture_begin(StreamKey stream) {
     ++next_capture_id_;
     ++captures_underway_;
     return captures_.back()->id;
+}
+
+void CachingAllocator::notify_capture_join(CaptureId id, StreamKey stream) {
+    std::lock_guard lock(mutex_);
+    Capture* capture = find_capture(id);
+    if (capture == nullptr || !capture->underway) {
+        throw Error(fmt::format("cudarc: notify_capture_join({}): no such capture under way", id));
+    }
+    if (capture->stream == stream ||
+        std::find(capture->joined.begin(), capture->joined.end(), stream) != capture->joined.end()) {
+        return;
+    }
+    capture->joined.push_back(stream);
 }
 
 CaptureId CachingAllocator::notify_capture_end(StreamKey stream) {

@@ -37,6 +37,10 @@ struct Allocation {
 // Identifies one graph capture between notify_capture_begin() and release_capture().
 using CaptureId = std::uint64_t;
 
+// Whether an allocation may ask the driver for a new segment. During a graph capture it may not: in the
+// capture's thread-local mode cuMemAlloc from the capturing thread invalidates the capture.
+enum class NewSegments { allowed, refused };
+
 class CachingAllocator {
   public:
     // Throws cudarc::Error when the configuration is invalid.
@@ -49,7 +53,10 @@ class CachingAllocator {
 
     // A block of at least `bytes` for work on `stream`. Throws cudarc::OutOfMemory when the request
     // cannot be met even after freeing the cache and waiting for pending frees.
-    [[nodiscard]] Allocation allocate(std::size_t bytes, StreamKey stream);
+    // With NewSegments::refused, a request that no cached block can serve throws cudarc::Error (naming the
+    // size and the capture) and changes nothing.
+    [[nodiscard]] Allocation allocate(std::size_t bytes, StreamKey stream,
+                                      NewSegments new_segments = NewSegments::allowed);
 
     // Gives a block back. Without uses it is reusable at once on its own stream; otherwise it waits
     // until every use's event has completed (an event on its own stream too: pass none for an owned
@@ -78,6 +85,9 @@ class CachingAllocator {
     // or a using stream is being captured, are held until release_capture() (the graph may replay
     // work on them), then wait for `after` (events recorded after the graph's last launch).
     CaptureId notify_capture_begin(StreamKey stream);
+    // `stream` takes part in capture `capture` from now on (a stream forked from or joining the capturing
+    // one): what is allocated or freed on it is treated as on the capturing stream, until the capture ends.
+    void notify_capture_join(CaptureId capture, StreamKey stream);
     CaptureId notify_capture_end(StreamKey stream);
     void release_capture(CaptureId capture, std::span<const PendingUse> after = {});
 
@@ -94,6 +104,7 @@ class CachingAllocator {
     struct Capture {
         CaptureId id = 0;
         StreamKey stream = 0;
+        std::vector<StreamKey> joined;  // other streams taking part
         bool underway = true;
         bool released = false;
         int pending_events = 0;    // events given to release_capture() not yet completed

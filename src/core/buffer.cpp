@@ -6,6 +6,7 @@
 #include <bit>
 #include <utility>
 
+#include "core/capture.hpp"
 #include "core/device_state.hpp"
 #include "core/hazard_tracker.hpp"
 #include "core/peer_access.hpp"
@@ -19,6 +20,10 @@ void wait_for_use(StreamState& waiter, StreamState& user, sys::Event& event) {
     if (&user == &waiter) return;
     // Two wrappers of one foreign stream are one queue of work: nothing to wait for.
     if (user.handle() == waiter.handle() && user.alive() && waiter.alive()) return;
+    if (user.capture() != nullptr || waiter.capture() != nullptr) [[unlikely]] {
+        wait_in_capture(waiter, user, event);  // Note [Capture overlay]
+        return;
+    }
     if (event == nullptr) event = user.mark();
     DeviceState& device = waiter.device();
     const auto scope = device.bind();
@@ -118,6 +123,17 @@ void HazardTracker::record_after_use(StreamState& stream) noexcept {
     }
 }
 
+void HazardTracker::rerecord_events(sys::Stream stream) noexcept {
+    for (Slot& slot : slots_) {
+        if (slot.event == nullptr) continue;
+        DeviceState& device = slot.stream->device();
+        if (device.api().event_record(slot.event, stream) != sys::kSuccess) {
+            device.defer(device.api().event_destroy(slot.event), "cuEventDestroy");
+            slot.event = nullptr;
+        }
+    }
+}
+
 std::vector<StreamUse> HazardTracker::take_uses() {
     const RangeTable::Mask used = table_.used();
     std::vector<StreamUse> uses;
@@ -133,6 +149,8 @@ std::vector<StreamUse> HazardTracker::take_uses() {
 
 // ---- HazardState ------------------------------------------------------------------------------------
 
+std::atomic<unsigned> captures_underway{0};
+
 HazardState::HazardState() noexcept = default;
 
 HazardState::HazardState(std::size_t bytes, StreamState* first_writer) noexcept
@@ -141,18 +159,39 @@ HazardState::HazardState(std::size_t bytes, StreamState* first_writer) noexcept
 HazardState::HazardState(HazardState&& other) noexcept
     : exclusive_(std::exchange(other.exclusive_, nullptr)),
       bytes_(std::exchange(other.bytes_, 0)),
-      tracker_(std::move(other.tracker_)) {}
+      tracker_(std::move(other.tracker_)),
+      address_(std::exchange(other.address_, 0)),
+      link_(std::move(other.link_)) {
+    if (link_) link_->state = this;
+}
 
 HazardState& HazardState::operator=(HazardState&& other) noexcept {
     if (this != &other) {
+        detach_link();
         exclusive_ = std::exchange(other.exclusive_, nullptr);
         bytes_ = std::exchange(other.bytes_, 0);
         tracker_ = std::move(other.tracker_);
+        address_ = std::exchange(other.address_, 0);
+        link_ = std::move(other.link_);
+        if (link_) link_->state = this;
     }
     return *this;
 }
 
-HazardState::~HazardState() = default;
+HazardState::~HazardState() {
+    detach_link();
+}
+
+const std::shared_ptr<BufferLink>& HazardState::link() {
+    if (!link_) link_ = std::make_shared<BufferLink>(BufferLink{this, address_, bytes_});
+    return link_;
+}
+
+void HazardState::detach_link() noexcept {
+    if (!link_) return;
+    link_->state = nullptr;
+    link_.reset();
+}
 
 HazardTracker& HazardState::ensure_tracker() {
     if (!tracker_) tracker_ = std::make_unique<HazardTracker>(bytes_, exclusive_);
@@ -161,7 +200,17 @@ HazardTracker& HazardState::ensure_tracker() {
 
 void HazardState::before_access_slow(StreamState& stream, std::size_t offset, std::size_t bytes,
                                      Access access) {
-    if (bytes == 0) return;  // touches nothing
+    // Note [Capture overlay]: an access by a captured stream goes to the capture.
+    if (captures_underway.load(std::memory_order_relaxed) != 0 &&
+        capture_before_access(*this, stream, offset, bytes, access)) {
+        return;
+    }
+    order_access(stream, offset, bytes, access);
+}
+
+void HazardState::order_access(StreamState& stream, std::size_t offset, std::size_t bytes, Access access) {
+    if (exclusive_ == &stream) return;  // Note [Single-stream fast path]
+    if (bytes == 0) return;             // touches nothing
     HazardTracker& t = ensure_tracker();
     const unsigned slot = t.slot_for(stream);
     const RangeTable::Mask waits = t.table().conflicts(offset, offset + bytes, slot, access);
@@ -178,11 +227,29 @@ void HazardState::before_access_slow(StreamState& stream, std::size_t offset, st
     }
 }
 
+bool HazardState::would_wait(std::size_t offset, std::size_t bytes, Access access) const noexcept {
+    if (bytes == 0) return false;
+    if (exclusive_ != nullptr) return true;  // written as a whole: every access follows that write
+    return tracker_ && tracker_->table().conflicts_without_slot(offset, offset + bytes, access) != 0;
+}
+
 void HazardState::after_access_slow(StreamState& stream) noexcept {
+    if (captures_underway.load(std::memory_order_relaxed) != 0 && capture_after_access(*this, stream)) return;
+    order_after_access(stream);
+}
+
+void HazardState::order_after_access(StreamState& stream) noexcept {
+    if (exclusive_ == &stream || !tracker_) return;
     tracker_->record_after_use(stream);
 }
 
 void HazardState::record_use(StreamState& stream) {
+    if (exclusive_ == &stream && captures_underway.load(std::memory_order_relaxed) == 0) return;
+    if (captures_underway.load(std::memory_order_relaxed) != 0 && capture_record_use(*this, stream)) return;
+    order_use(stream);
+}
+
+void HazardState::order_use(StreamState& stream) {
     if (exclusive_ == &stream) return;  // its later work is ordered after its earlier work anyway
     HazardTracker& t = ensure_tracker();
     const unsigned slot = t.slot_for(stream);
@@ -200,6 +267,10 @@ std::vector<StreamUse> HazardState::take_uses() {
     }
     clear();
     return uses;
+}
+
+void HazardState::rerecord_events(sys::Stream stream) noexcept {
+    if (tracker_) tracker_->rerecord_events(stream);
 }
 
 void HazardState::clear() noexcept {
@@ -228,6 +299,9 @@ Buffer::Buffer(Stream& stream, std::size_t bytes, MemoryResource& source)
     const MemoryBlock block = source.allocate(bytes, *home_);
     ptr_ = block.ptr;
     allocation_ = block.handle;
+    hazards_.set_address(ptr_);
+    // Note [Capture overlay]: memory allocated on a captured stream belongs to the capture.
+    if (captures_underway.load(std::memory_order_relaxed) != 0) capture_note_allocation(*this, *home_);
 }
 
 Buffer::Buffer(const std::shared_ptr<DeviceState>& device, DevicePtr ptr, std::size_t bytes,
@@ -239,6 +313,7 @@ Buffer::Buffer(const std::shared_ptr<DeviceState>& device, DevicePtr ptr, std::s
       hazards_(bytes, home_),
       on_release_(hook),
       borrowed_(true) {
+    hazards_.set_address(ptr);
     if (home_ != nullptr && home_->ownership() == StreamOwnership::foreign)
         home_keep_ = owner->shared_state();
     device_->releases().poll();
@@ -278,6 +353,10 @@ Buffer::~Buffer() {
 }
 
 void Buffer::release() noexcept {
+    // Note [Capture overlay]: released once the capture under way on this thread has ended.
+    if (device_ && captures_underway.load(std::memory_order_relaxed) != 0 && capture_defer_release(*this))
+        return;
+    hazards_.detach_link();
     if (borrowed_) {
         release_borrowed();
     } else if (device_ && ptr_ != 0) {
@@ -395,8 +474,37 @@ void prepare_access(const Stream& stream, Buffer& buffer, Access access) {
     buffer.hazards().before_access(stream.state(), 0, buffer.bytes(), access);
 }
 
+namespace {
+// Whether host memory at `ptr` is pageable (not page-locked or registered). Unknown counts as page-locked.
+bool pageable(const sys::DriverApi& api, const void* ptr) noexcept {
+    unsigned memory_type = 0;
+    int attribute = sys::kPointerAttributeMemoryType;
+    void* data[] = {&memory_type};
+    return api.pointer_get_attributes != nullptr &&
+           api.pointer_get_attributes(1, &attribute, data,
+                                      static_cast<DevicePtr>(reinterpret_cast<std::uintptr_t>(ptr))) ==
+               sys::kSuccess &&
+           memory_type == 0;
+}
+}  // namespace
+
 void copy_host_to_device(Stream& stream, Buffer& dst, DevicePtr dst_ptr, const void* src, std::size_t bytes) {
     if (bytes == 0) return;
+    // Note [Capture overlay]: a captured copy from pageable memory would read it at every replay, long after
+    // the vector or span passed here may be gone.
+    if (captures_underway.load(std::memory_order_relaxed) != 0 &&
+        capture_would_take(dst.hazards(), stream.state(), static_cast<std::size_t>(dst_ptr - dst.ptr()),
+                           bytes, Access::write) &&
+        [&] {
+            const auto scope = stream.state().device().bind();
+            return pageable(stream.state().device().api(), src);
+        }()) {
+        throw Error(
+            "cudarc: a copy from pageable host memory inside a graph capture: the graph would read that "
+            "memory "
+            "at every replay, after it may be gone; copy before the capture, or from a PinnedBuffer with "
+            "copy_to_device_async (which a graph may replay; nothing was done, and the capture goes on)");
+    }
     prepare_access(stream, dst, dst_ptr, bytes, Access::write);
     DeviceState& device = stream.state().device();
     const auto scope = device.bind();
@@ -406,6 +514,10 @@ void copy_host_to_device(Stream& stream, Buffer& dst, DevicePtr dst_ptr, const v
 
 void copy_device_to_host(Stream& stream, void* dst, Buffer& src, DevicePtr src_ptr, std::size_t bytes) {
     if (bytes == 0) return;
+    refuse_in_capture(
+        "a blocking copy to host memory",
+        "the copy would be recorded, not run (it would return with no data, and the graph would "
+        "keep the host pointer); use PinnedBuffer::copy_from_device_async inside a capture");
     prepare_access(stream, src, src_ptr, bytes, Access::read);
     DeviceState& device = stream.state().device();
     const auto scope = device.bind();
@@ -415,17 +527,7 @@ void copy_device_to_host(Stream& stream, void* dst, Buffer& src, DevicePtr src_p
     // Note: into pageable memory the "async" copy returns only once the data is there, so a synchronize
     // would be redundant. Only page-locked memory needs one, and a managed source, for which no driver
     // documentation spells out when the copy returns.
-    auto page_locked = [&] {
-        unsigned memory_type = 0;
-        int attribute = sys::kPointerAttributeMemoryType;
-        void* data[] = {&memory_type};
-        return api.pointer_get_attributes == nullptr ||
-               api.pointer_get_attributes(1, &attribute, data,
-                                          static_cast<DevicePtr>(reinterpret_cast<std::uintptr_t>(dst))) !=
-                   sys::kSuccess ||
-               memory_type != 0;
-    };
-    if (src.managed() || page_locked()) {
+    if (src.managed() || !pageable(api, dst)) {
         device.check(api.stream_synchronize(stream.native()), "cuStreamSynchronize");
         AtomicCounters::bump(device.counters().stream_synchronizes);
     } else {

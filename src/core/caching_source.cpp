@@ -22,8 +22,11 @@ class CachingSource final : public CachingResource {
     MemoryBlock allocate(std::size_t bytes, StreamState& stream) override {
         // Note: no block, not even a cached one, from a lost device (Note [Lost devices]).
         if (device_.lost()) device_.throw_lost();
+        // Note [Capture overlay]: no cuMemAlloc from a capturing thread (it would invalidate the capture).
         try {
-            const alloc::Allocation allocation = allocator_.allocate(bytes, stream.key());
+            const alloc::Allocation allocation = allocator_.allocate(
+                bytes, stream.key(),
+                capture_on_this_thread() ? alloc::NewSegments::refused : alloc::NewSegments::allowed);
             return {allocation.ptr, allocation.block};
         } catch (...) {
             device_.rethrow_current();

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "core/caching_source.hpp"
+#include "core/capture.hpp"
 #include "core/device_state.hpp"
 #include "core/managed_source.hpp"
 #include "core/stream_ordered_source.hpp"
@@ -355,6 +356,8 @@ Stream& Device::default_stream() const noexcept {
 }
 
 void Device::synchronize() const {
+    detail::refuse_in_capture("Device::synchronize",
+                              "it would wait for work the capture records without running");
     {
         const detail::ContextScope scope = state_->bind();
         state_->check(state_->api().ctx_synchronize(), "cuCtxSynchronize");

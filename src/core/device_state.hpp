@@ -51,6 +51,12 @@ class ContextScope {
     bool restore_ = false;
 };
 
+class CaptureSession;
+
+// Whether a graph capture is under way on the calling thread (Note [Capture overlay]). One relaxed load
+// when no capture is under way anywhere.
+[[nodiscard]] bool capture_on_this_thread() noexcept;
+
 // Who destroys a stream handle.
 enum class StreamOwnership {
     owned,    // created for one Stream object, destroyed with it
@@ -100,8 +106,9 @@ class DeferredReleases {
     // (pooled). Never throws: without memory to queue, it waits on the host (counted) and calls the hook.
     void add(std::vector<sys::Event> events, ReleaseHook hook) noexcept;
     // Calls the hooks whose events have completed. One relaxed load when nothing is queued.
+    // Note: not during a capture on this thread, where an event query would invalidate the capture.
     void poll() noexcept {
-        if (queued_.load(std::memory_order_relaxed) != 0) poll_slow();
+        if (queued_.load(std::memory_order_relaxed) != 0 && !capture_on_this_thread()) poll_slow();
     }
     // Waits on the host for every queued event (counted) and calls every hook (device teardown).
     void drain() noexcept;
@@ -289,6 +296,16 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
     // once retired.
     [[nodiscard]] std::uintptr_t event_key() const noexcept;
 
+    // Note [Capture overlay]: the capture this stream takes part in (null: none), and an event recorded
+    // just before it joined, which stands for its work outside the capture. Set and read only by the
+    // capturing thread.
+    [[nodiscard]] CaptureSession* capture() const noexcept { return capture_; }
+    [[nodiscard]] sys::Event precapture_mark() const noexcept { return precapture_; }
+    void enter_capture(CaptureSession* capture, sys::Event precapture_mark) noexcept;
+    void leave_capture() noexcept;
+    // Hands the pre-capture mark over to the caller (the graph: Note [Capture overlay]).
+    [[nodiscard]] sys::Event take_precapture_mark() noexcept;
+
   private:
     DeviceState& device_;
     sys::Stream handle_;
@@ -301,6 +318,8 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
     mutable std::mutex mutex_;
     sys::Event final_event_ = nullptr;
     sys::Event scratch_ = nullptr;  // for order_before
+    CaptureSession* capture_ = nullptr;
+    sys::Event precapture_ = nullptr;  // pooled; set while capture_ is
 };
 
 }  // namespace cudarc::detail

@@ -2,6 +2,9 @@
 
 #include <utility>
 
+#include <fmt/format.h>
+
+#include "core/capture.hpp"
 #include "core/device_state.hpp"
 #include "cudarc/device.hpp"
 #include "cudarc/stream.hpp"
@@ -20,7 +23,8 @@ Event::Event(const Device& device, EventTiming timing) : device_(device.state())
 Event::Event(Event&& other) noexcept
     : device_(std::move(other.device_)),
       event_(std::exchange(other.event_, nullptr)),
-      timing_(other.timing_) {}
+      timing_(other.timing_),
+      recorded_in_capture_(std::exchange(other.recorded_in_capture_, 0)) {}
 
 Event& Event::operator=(Event&& other) noexcept {
     if (this != &other) {
@@ -28,6 +32,7 @@ Event& Event::operator=(Event&& other) noexcept {
         device_ = std::move(other.device_);
         event_ = std::exchange(other.event_, nullptr);
         timing_ = other.timing_;
+        recorded_in_capture_ = std::exchange(other.recorded_in_capture_, 0);
     }
     return *this;
 }
@@ -38,7 +43,8 @@ Event::~Event() {
 
 void Event::release() noexcept {
     if (event_ == nullptr) return;
-    if (timing_ == EventTiming::disabled) {
+    // Note [Capture overlay]: one last recorded inside a capture is not fit for the pool.
+    if (timing_ == EventTiming::disabled && recorded_in_capture_ == 0) {
         device_->events().release(event_);
     } else {
         const auto scope = device_->bind_or_defer();
@@ -54,9 +60,23 @@ void Event::record(Stream& stream) {
     const auto scope = device_->bind();
     device_->check(device_->api().event_record(event_, stream.native()), "cuEventRecord");
     detail::AtomicCounters::bump(device_->counters().events_recorded);
+    // Note [Capture overlay]: an event recorded inside a capture is a point of the captured work only.
+    const detail::CaptureSession* capture = stream.state().capture();
+    recorded_in_capture_ = capture != nullptr ? capture->serial() : 0;
+}
+
+void Event::refuse_if_captured(const char* what) const {
+    detail::refuse_in_capture(what, "the driver refuses event queries and waits from a capturing thread");
+    if (recorded_in_capture_ != 0) {
+        throw Error(fmt::format(
+            "cudarc: {}: the event was last recorded inside a graph capture, where it marks a point of the "
+            "captured work, not of work that runs; record it again outside the capture first",
+            what));
+    }
 }
 
 bool Event::query() const {
+    refuse_if_captured("Event::query");
     const auto scope = device_->bind();
     const sys::Result r = device_->api().event_query(event_);
     if (r == sys::kErrorNotReady) return false;
@@ -65,6 +85,7 @@ bool Event::query() const {
 }
 
 void Event::synchronize() const {
+    refuse_if_captured("Event::synchronize");
     const auto scope = device_->bind();
     device_->check(device_->api().event_synchronize(event_), "cuEventSynchronize");
     detail::AtomicCounters::bump(device_->counters().event_synchronizes);

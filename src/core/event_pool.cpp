@@ -1,5 +1,6 @@
 #include "core/event_pool.hpp"
 
+#include "core/capture.hpp"
 #include "core/device_state.hpp"
 
 namespace cudarc::detail {
@@ -25,6 +26,9 @@ sys::Event EventPool::acquire() {
 
 void EventPool::release(sys::Event event) noexcept {
     if (event == nullptr) return;
+    // Note [Capture overlay]: an event given back during a capture may have been recorded inside it; the
+    // capture records it again once it has ended, then returns it.
+    if (captures_underway.load(std::memory_order_relaxed) != 0 && capture_keep_event(device_, event)) return;
     try {
         std::lock_guard lock(mutex_);
         free_.push_back(event);

@@ -1,8 +1,11 @@
 #include "cudarc/graph.hpp"
 
+#include <fmt/format.h>
+
 #include <optional>
 
 #include "core/caching_source.hpp"
+#include "core/capture.hpp"
 #include "core/device_state.hpp"
 
 namespace cudarc {
@@ -13,131 +16,346 @@ alloc::CachingAllocator* caching_allocator_of(DeviceState& device) {
     auto* caching = dynamic_cast<CachingResource*>(&device.memory());
     return caching != nullptr ? &caching->allocator() : nullptr;
 }
-// Note [Stream identity]: the allocator knows streams by their state's key.
-alloc::StreamKey key_of(const Stream& stream) noexcept {
-    return stream.state().key();
-}
 
-// Captures under way on this thread, by stream: the allocator's capture id to hand to the graph.
-thread_local std::optional<std::pair<sys::Stream, alloc::CaptureId>> current_capture;
+// The allocator's capture is over: what it kept is reused once `last_stream`'s work so far (the graph's
+// last launch) has completed. Note [Stream identity]: mark() works after the stream's wrapper is gone.
+void release_capture(DeviceState& device, std::optional<alloc::CaptureId> capture,
+                     const std::shared_ptr<StreamState>& last_stream) noexcept {
+    if (!capture) return;
+    alloc::CachingAllocator* allocator = caching_allocator_of(device);
+    if (allocator == nullptr) return;
+    std::vector<alloc::PendingUse> after;
+    const auto scope = device.bind_or_defer();
+    try {
+        if (last_stream) {
+            // Note: mark() first: for a stream taking part in a capture, it decides where the event is
+            // recorded, which event_key() then names.
+            sys::Event event = last_stream->mark();
+            after.push_back({last_stream->event_key(), event});
+        }
+        allocator->release_capture(*capture, after);
+        return;
+    } catch (const Error& error) {
+        device.defer(error);
+    } catch (...) {
+    }
+    // No event: the kept memory may be in use by a replay; wait for the device before it is reused.
+    for (const auto& use : after) device.events().release(use.event);
+    device.synchronize_noexcept();
+    try {
+        allocator->release_capture(*capture);
+    } catch (...) {
+    }
+}
 }  // namespace
 
 class GraphState {
   public:
     GraphState(DeviceState& device, sys::Graph graph, sys::GraphExec exec,
-               std::optional<alloc::CaptureId> capture)
-        : device_(device.shared_from_this()), graph_(graph), exec_(exec), capture_(capture) {}
+               std::optional<alloc::CaptureId> capture, std::vector<GraphBufferUse> uses,
+               std::vector<GraphPrerequisite> prerequisites)
+        : device_(device.shared_from_this()),
+          graph_(graph),
+          exec_(exec),
+          capture_(capture),
+          uses_(std::move(uses)),
+          prerequisites_(std::move(prerequisites)) {}
     GraphState(const GraphState&) = delete;
     GraphState& operator=(const GraphState&) = delete;
 
     ~GraphState() {
-        const sys::DriverApi& api = device_->api();
         const auto scope = device_->bind_or_defer();
-        try {
-            if (capture_) {
-                // Blocks the capture kept are reused only after the last replay completed.
-                std::vector<alloc::PendingUse> after;
-                // Note [Stream identity]: mark() works after the stream's wrapper is gone, too.
-                if (last_stream_) after.push_back({last_stream_->event_key(), last_stream_->mark()});
-                if (auto* allocator = caching_allocator_of(*device_))
-                    allocator->release_capture(*capture_, after);
-            }
-        } catch (const Error& error) {
-            device_->defer(error);
-        } catch (...) {
-        }
-        device_->defer(api.graph_exec_destroy(exec_), "cuGraphExecDestroy");
-        device_->defer(api.graph_destroy(graph_), "cuGraphDestroy");
+        release_prerequisites();
+        release_capture(*device_, capture_, last_stream_);
+        const sys::DriverApi& api = device_->api();
+        // Note: an executable graph still running is freed by the driver once it completes.
+        if (exec_ != nullptr) device_->defer(api.graph_exec_destroy(exec_), "cuGraphExecDestroy");
+        if (graph_ != nullptr) device_->defer(api.graph_destroy(graph_), "cuGraphDestroy");
     }
 
     void launch(Stream& stream) {
-        if (&stream.state().device() != device_.get())
-            throw Error("cudarc: Graph::launch: a stream of another device");
+        StreamState& s = checked_stream(stream, "Graph::launch");
+        if (s.capture() != nullptr) {
+            throw Error(
+                "cudarc: Graph::launch on a stream that is being captured: replaying a graph inside another "
+                "capture is not supported (the memory the inner graph owns would not live as long as the "
+                "outer graph)");
+        }
+        for (const GraphBufferUse& use : uses_) {
+            if (use.link->state == nullptr) throw_released(use, "Graph::launch");
+        }
         const auto scope = device_->bind();
-        device_->check(device_->api().graph_launch(exec_, stream.native()), "cuGraphLaunch");
+        // Note [Capture overlay]: memory the capture took from the cache was last used by work before the
+        // capture; the first launch waits for it (later ones follow the first).
+        for (const GraphPrerequisite& p : prerequisites_) {
+            if (p.stream.get() != &s) device_->wait_event(s.handle(), p.event);
+        }
+        // The replay counts as the captured work's accesses on `stream`.
+        for (const GraphBufferUse& use : uses_) {
+            for (const GraphRange& r : use.ranges)
+                use.link->state->before_access(s, r.begin, r.end - r.begin, r.access);
+        }
+        device_->check(device_->api().graph_launch(exec_, s.handle()), "cuGraphLaunch");
+        for (const GraphBufferUse& use : uses_) use.link->state->after_access(s);
         last_stream_ = stream.shared_state();
+        release_prerequisites();
+    }
+
+    void upload(Stream& stream) {
+        StreamState& s = checked_stream(stream, "Graph::upload");
+        const sys::DriverApi& api = device_->api();
+        const auto scope = device_->bind();
+        device_->check(sys::require(api, api.graph_upload, "cuGraphUpload")(exec_, s.handle()),
+                       "cuGraphUpload");
+    }
+
+    GraphUpdate update(GraphState& newer) {
+        if (newer.device_ != device_)
+            throw Error("cudarc: Graph::update: the new capture was made on another device");
+        const sys::DriverApi& api = device_->api();
+        const auto scope = device_->bind();
+        bool in_place = false;
+        if (exec_ != nullptr && api.graph_exec_update != nullptr) {
+            // Note: whatever the reason update refuses (the shape, a node type, a kernel that changed
+            // function), the answer is the same: instantiate the new graph.
+            sys::GraphExecUpdateResultInfo info{};
+            in_place = api.graph_exec_update(exec_, newer.graph_, &info) == sys::kSuccess;
+        }
+        if (!in_place) newer.instantiate();  // may throw: nothing has changed yet
+        // From here nothing throws. What the old capture allocated may still be used by enqueued replays:
+        // it is reused once the last of them has completed.
+        release_capture(*device_, capture_, last_stream_);
+        capture_ = std::exchange(newer.capture_, std::nullopt);
+        uses_ = std::move(newer.uses_);
+        release_prerequisites();
+        prerequisites_ = std::move(newer.prerequisites_);
+        std::swap(graph_, newer.graph_);  // `newer` destroys what it now holds
+        if (in_place) return GraphUpdate::in_place;
+        std::swap(exec_, newer.exec_);
+        // Note: launches of the new executable are not ordered after the old one's by the driver, and need
+        // not be: their own memory is separate, and hazard tracking orders them on the buffers they share.
+        last_stream_.reset();
+        return GraphUpdate::reinstantiated;
+    }
+
+    void instantiate() {
+        if (exec_ != nullptr) return;
+        const sys::DriverApi& api = device_->api();
+        const auto scope = device_->bind();
+        device_->check(
+            sys::require(api, api.graph_instantiate, "cuGraphInstantiateWithFlags")(&exec_, graph_, 0),
+            "cuGraphInstantiateWithFlags");
+    }
+
+    [[nodiscard]] std::vector<GraphAccess> accesses() const {
+        std::vector<GraphAccess> out;
+        for (const GraphBufferUse& use : uses_) {
+            for (const GraphRange& r : use.ranges)
+                out.push_back(
+                    GraphAccess{use.link->address + r.begin, r.end - r.begin, r.access == Access::write});
+        }
+        return out;
     }
 
   private:
+    void release_prerequisites() noexcept {
+        for (GraphPrerequisite& p : prerequisites_) device_->events().release(p.event);
+        prerequisites_.clear();
+    }
+
+    StreamState& checked_stream(Stream& stream, const char* what) const {
+        if (&stream.state().device() != device_.get()) {
+            throw Error(fmt::format("cudarc: {}: the stream is on device {}, the graph on device {}", what,
+                                    stream.device_ordinal(), device_->ordinal()));
+        }
+        if (exec_ == nullptr) throw Error(fmt::format("cudarc: {}: the graph is not instantiated", what));
+        return stream.state();
+    }
+
+    [[noreturn]] static void throw_released(const GraphBufferUse& use, const char* what) {
+        throw Error(
+            fmt::format("cudarc: {}: the graph's work uses the buffer at {:#x} ({} bytes), which has been "
+                        "destroyed. A graph "
+                        "keeps alive only the memory allocated inside its capture: keep the buffers it uses "
+                        "alive while it "
+                        "may be launched, or capture again (nothing was enqueued)",
+                        what, use.link->address, use.link->bytes));
+    }
+
     std::shared_ptr<DeviceState> device_;
     sys::Graph graph_;
     sys::GraphExec exec_;
     std::optional<alloc::CaptureId> capture_;
+    std::vector<GraphBufferUse> uses_;
+    std::vector<GraphPrerequisite> prerequisites_;
     std::shared_ptr<StreamState> last_stream_;
 };
 
 void begin_capture(Stream& stream) {
-    DeviceState& device = stream.state().device();
-    const sys::DriverApi& api = device.api();
-    if (current_capture) throw Error("cudarc: capture: a capture is already under way on this thread");
-    const auto scope = device.bind();
-    std::optional<alloc::CaptureId> id;
-    if (auto* allocator = caching_allocator_of(device)) id = allocator->notify_capture_begin(key_of(stream));
-    const sys::Result r = sys::require(api, api.stream_begin_capture, "cuStreamBeginCapture")(
-        stream.native(), sys::kStreamCaptureModeThreadLocal);
-    if (r != sys::kSuccess) {
-        if (id) {
-            caching_allocator_of(device)->notify_capture_end(key_of(stream));
-            caching_allocator_of(device)->release_capture(*id);
-        }
-        device.check(r, "cuStreamBeginCapture");
+    if (CaptureSession::current() != nullptr) {
+        throw Error(
+            "cudarc: capture: a capture is already under way on this thread (captures do not nest; end the "
+            "first before beginning another)");
     }
-    current_capture.emplace(stream.native(), id.value_or(0));
+    StreamState& origin = stream.state();
+    if (origin.capture() != nullptr) throw Error("cudarc: capture: the stream is already being captured");
+    DeviceState& device = origin.device();
+    const sys::DriverApi& api = device.api();
+    const auto scope = device.bind();
+    alloc::CachingAllocator* allocator = caching_allocator_of(device);
+    std::optional<alloc::CaptureId> id;
+    if (allocator != nullptr) id = allocator->notify_capture_begin(origin.key());
+    std::unique_ptr<CaptureSession> session;
+    try {
+        session = std::make_unique<CaptureSession>(origin, allocator, id);  // records the pre-capture mark
+        device.check(sys::require(api, api.stream_begin_capture, "cuStreamBeginCapture")(
+                         origin.handle(), sys::kStreamCaptureModeThreadLocal),
+                     "cuStreamBeginCapture");
+    } catch (...) {
+        session.reset();  // leaves the capture it never began
+        if (id) {
+            allocator->notify_capture_end(origin.key());
+            allocator->release_capture(*id);
+        }
+        throw;
+    }
+    CaptureSession::set_current(std::move(session));
 }
 
-Graph end_capture(Stream& stream) {
+namespace {
+// Ends the driver's capture and this thread's session, whatever happened; returns the captured graph (null
+// when the capture failed) and the driver's result.
+std::pair<sys::Graph, sys::Result> end_session(Stream& stream, std::unique_ptr<CaptureSession>& session,
+                                               std::vector<GraphBufferUse>* uses,
+                                               std::vector<GraphPrerequisite>* prerequisites) noexcept {
     DeviceState& device = stream.state().device();
     const sys::DriverApi& api = device.api();
     // Note: the capture must end here whatever fails (the driver's capture mode, the allocator's record and
-    // this thread's mark), so a failure to bind is deferred rather than thrown before anything is undone.
+    // this thread's session), so a failure to bind is deferred rather than thrown before anything is undone.
     const auto scope = device.bind_or_defer();
     sys::Graph graph = nullptr;
-    const sys::Result ended =
-        sys::require(api, api.stream_end_capture, "cuStreamEndCapture")(stream.native(), &graph);
-    std::optional<alloc::CaptureId> id;
-    if (current_capture && caching_allocator_of(device) != nullptr) id = current_capture->second;
-    current_capture.reset();
-    if (auto* allocator = caching_allocator_of(device)) allocator->notify_capture_end(key_of(stream));
-    sys::GraphExec exec = nullptr;
-    sys::Result r = ended;
-    if (r == sys::kSuccess)
-        r = sys::require(api, api.graph_instantiate, "cuGraphInstantiateWithFlags")(&exec, graph, 0);
-    if (r != sys::kSuccess) {
-        if (graph != nullptr) api.graph_destroy(graph);
-        if (id) caching_allocator_of(device)->release_capture(*id);
-        device.check(r, ended != sys::kSuccess ? "cuStreamEndCapture" : "cuGraphInstantiateWithFlags");
+    sys::Result ended = sys::kErrorNotSupported;
+    if (api.stream_end_capture != nullptr) ended = api.stream_end_capture(stream.native(), &graph);
+    if (ended != sys::kSuccess && graph != nullptr) {
+        api.graph_destroy(graph);
+        graph = nullptr;
     }
-    return Graph(std::make_unique<GraphState>(device, graph, exec, id));
+    if (uses != nullptr && ended == sys::kSuccess) {
+        try {
+            *uses = CaptureSession::current()->take_uses();
+        } catch (...) {
+            ended = sys::kErrorOutOfMemory;
+            api.graph_destroy(graph);
+            graph = nullptr;
+        }
+    }
+    if (prerequisites != nullptr && ended == sys::kSuccess)
+        *prerequisites = CaptureSession::current()->take_prerequisites();
+    session = CaptureSession::take_current();
+    // Note: before the deferred releases run (in finish), so that the allocator sees them as ordinary frees.
+    if (alloc::CachingAllocator* allocator = session->allocator()) {
+        try {
+            allocator->notify_capture_end(stream.state().key());
+        } catch (const Error& error) {
+            device.defer(error);
+        }
+    }
+    session->finish();
+    return {graph, ended};
+}
+}  // namespace
+
+Graph end_capture(Stream& stream, Instantiate instantiate) {
+    CaptureSession* current = CaptureSession::current();
+    if (current == nullptr || &current->origin() != &stream.state()) {
+        throw Error("cudarc: end of a graph capture that is not under way on this stream and thread");
+    }
+    try {
+        current->check_forks_joined();
+        current->join_members_into_origin();
+    } catch (...) {
+        abandon_capture(stream);
+        throw;
+    }
+    std::unique_ptr<CaptureSession> session;
+    std::vector<GraphBufferUse> uses;
+    std::vector<GraphPrerequisite> prerequisites;
+    auto [graph, result] = end_session(stream, session, &uses, &prerequisites);
+    DeviceState& device = stream.state().device();
+    const auto scope = device.bind_or_defer();  // as in end_session: the failure paths below must run
+    const std::optional<alloc::CaptureId> id = session->allocator_capture();
+    sys::GraphExec exec = nullptr;
+    const char* failed = "cuStreamEndCapture";
+    if (result == sys::kSuccess && instantiate == Instantiate::yes) {
+        const sys::DriverApi& api = device.api();
+        failed = "cuGraphInstantiateWithFlags";
+        result = api.graph_instantiate != nullptr ? api.graph_instantiate(&exec, graph, 0)
+                                                  : sys::kErrorNotSupported;
+    }
+    if (result != sys::kSuccess) {
+        if (graph != nullptr) device.api().graph_destroy(graph);
+        for (GraphPrerequisite& p : prerequisites) device.events().release(p.event);
+        release_capture(device, id, nullptr);
+        device.check(result, failed);
+    }
+    return Graph(
+        std::make_unique<GraphState>(device, graph, exec, id, std::move(uses), std::move(prerequisites)));
 }
 
 void abandon_capture(Stream& stream) noexcept {
+    if (CaptureSession::current() == nullptr) return;
+    std::unique_ptr<CaptureSession> session;
+    const sys::Graph graph = end_session(stream, session, nullptr, nullptr).first;
     DeviceState& device = stream.state().device();
-    const sys::DriverApi& api = device.api();
-    const auto scope = device.bind_or_defer();
-    sys::Graph graph = nullptr;
-    if (api.stream_end_capture != nullptr &&
-        api.stream_end_capture(stream.native(), &graph) == sys::kSuccess && graph != nullptr) {
-        api.graph_destroy(graph);
+    if (graph != nullptr) {
+        // The driver ended the capture with a graph that nothing will launch.
+        const auto scope = device.bind_or_defer();
+        device.defer(device.api().graph_destroy(graph), "cuGraphDestroy");
     }
-    try {
-        if (auto* allocator = caching_allocator_of(device)) {
-            allocator->notify_capture_end(key_of(stream));
-            if (current_capture) allocator->release_capture(current_capture->second);
-        }
-    } catch (...) {
-    }
-    current_capture.reset();
+    release_capture(device, session->allocator_capture(), nullptr);
 }
 
 }  // namespace detail
+
+const char* to_string(GraphUpdate update) noexcept {
+    switch (update) {
+        case GraphUpdate::in_place:
+            return "updated in place";
+        case GraphUpdate::reinstantiated:
+            return "reinstantiated";
+    }
+    return "unknown";
+}
 
 Graph::Graph(std::unique_ptr<detail::GraphState> state) noexcept : state_(std::move(state)) {}
 Graph::Graph(Graph&&) noexcept = default;
 Graph& Graph::operator=(Graph&&) noexcept = default;
 Graph::~Graph() = default;
 
+namespace {
+[[noreturn]] void throw_moved_from(const char* what) {
+    throw Error(fmt::format("cudarc: {}: the graph was moved from", what));
+}
+}  // namespace
+
 void Graph::launch(Stream& stream) {
+    if (!state_) throw_moved_from("Graph::launch");
     state_->launch(stream);
+}
+
+void Graph::upload(Stream& stream) {
+    if (!state_) throw_moved_from("Graph::upload");
+    state_->upload(stream);
+}
+
+GraphUpdate Graph::update(Graph captured) {
+    if (!state_) throw_moved_from("Graph::update");
+    if (!captured.state_) throw Error("cudarc: Graph::update: the new graph was moved from");
+    return state_->update(*captured.state_);
+}
+
+std::vector<GraphAccess> Graph::accesses() const {
+    return state_ ? state_->accesses() : std::vector<GraphAccess>{};
 }
 
 }  // namespace cudarc

@@ -61,6 +61,10 @@ class HazardTracker {
     void note_use(unsigned slot) noexcept;
     // Records an event on `stream`'s slot after its latest use, unless one is there (Note [Eager events]).
     void record_after_use(StreamState& stream) noexcept;
+    // Records every event a slot holds again on `stream`, so that none stays recorded inside a capture that
+    // has ended (the pool would hand out an event the driver refuses to wait for). One that cannot be
+    // recorded is destroyed.
+    void rerecord_events(sys::Stream stream) noexcept;
     // One entry per slot the table names (events moved out), every slot freed.
     [[nodiscard]] std::vector<StreamUse> take_uses();
 

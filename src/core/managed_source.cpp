@@ -1,5 +1,7 @@
 #include "core/managed_source.hpp"
 
+#include <fmt/format.h>
+
 #include <atomic>
 
 #include "core/device_state.hpp"
@@ -14,6 +16,17 @@ class ManagedSource final : public MemoryResource {
         : device_(device), prefetches_(supports_managed_memory(device)) {}
 
     MemoryBlock allocate(std::size_t bytes, StreamState& /*stream*/) override {
+        // Note [Capture overlay]: cuMemAllocManaged from a capturing thread, like cuMemAlloc, would
+        // invalidate the capture.
+        if (capture_on_this_thread()) {
+            throw Error(
+                fmt::format("cudarc: allocating {} bytes of managed memory inside a graph capture: "
+                            "cuMemAllocManaged would "
+                            "invalidate the capture; allocate it before capturing (nothing was done, and the "
+                            "capture goes "
+                            "on)",
+                            bytes));
+        }
         const sys::DriverApi& api = device_.api();
         const auto scope = device_.bind();  // throws DeviceLost for a lost device
         DevicePtr ptr = 0;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "core/capture.hpp"
 #include "core/device_state.hpp"
 #include "core/hazard_tracker.hpp"
 #include "cudarc/device.hpp"
@@ -71,6 +72,14 @@ void copy_across_devices(Stream& stream, Buffer& dst, DevicePtr dst_ptr, Buffer&
                         "{}: use a stream of "
                         "either device",
                         src.device_ordinal(), dst.device_ordinal(), device.ordinal()));
+    }
+    if (captures_underway.load(std::memory_order_relaxed) != 0) {
+        const auto src_offset = static_cast<std::size_t>(src_ptr - src.ptr());
+        const auto dst_offset = static_cast<std::size_t>(dst_ptr - dst.ptr());
+        refuse_across_devices_in_capture(
+            "cudarc::copy", stream.state(), src.device_ordinal(), dst.device_ordinal(),
+            capture_would_take(src.hazards(), stream.state(), src_offset, bytes, Access::read) ||
+                capture_would_take(dst.hazards(), stream.state(), dst_offset, bytes, Access::write));
     }
     const sys::DriverApi& api = device.api();
     const auto memcpy_peer_async = sys::require(api, api.memcpy_peer_async, "cuMemcpyPeerAsync");

@@ -2,8 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <new>
 #include <utility>
+#include <vector>
 
+#include "core/capture.hpp"
 #include "core/device_state.hpp"
 #include "cudarc/device.hpp"
 
@@ -50,8 +53,47 @@ PinnedAllocation::~PinnedAllocation() {
     release();
 }
 
+namespace {
+// A page-locked allocation whose last copy may still run, freed once that copy's event has completed.
+struct QueuedPinnedFree {
+    DeviceState* device;
+    void* data;
+};
+
+void free_queued_pinned(void* context) noexcept {
+    auto* queued = static_cast<QueuedPinnedFree*>(context);
+    {
+        const auto scope = queued->device->bind_or_defer();
+        queued->device->defer(queued->device->api().mem_free_host(queued->data), "cuMemFreeHost");
+    }
+    delete queued;
+}
+}  // namespace
+
 void PinnedAllocation::release() noexcept {
     if (!device_) return;
+    if (last_copy_ != nullptr && capture_on_this_thread()) [[unlikely]] {
+        // Note [Capture overlay]: the capturing thread may not wait for the last copy (an event wait, or
+        // the context-wide fallback below, would invalidate the capture): the memory is freed once the copy's
+        // event has completed (Note [Deferred release]); without memory to queue it, it is leaked.
+        auto* queued = new (std::nothrow) QueuedPinnedFree{device_.get(), data_};
+        std::vector<sys::Event> events;
+        try {
+            events.push_back(last_copy_);
+        } catch (...) {  // NOLINT(bugprone-empty-catch): handled below, as no memory for `queued`
+        }
+        if (queued != nullptr && !events.empty()) {
+            device_->releases().add(std::move(events), ReleaseHook{&free_queued_pinned, queued});
+        } else {
+            delete queued;
+            device_->events().release(last_copy_);
+        }
+        last_copy_ = nullptr;
+        data_ = nullptr;
+        untracked_copy_ = false;
+        device_.reset();
+        return;
+    }
     const auto scope = device_->bind_or_defer();
     try {
         synchronize();
@@ -85,6 +127,9 @@ void PinnedAllocation::release() noexcept {
 // waited for on the host (counted) before the error is thrown, and if even that fails the memory is never
 // freed (see release()).
 void PinnedAllocation::note_copy(Stream& stream) {
+    // Note [Capture overlay]: a captured copy runs at each replay; an event recorded inside the capture could
+    // not be waited for afterwards. Synchronize with the replay's stream instead.
+    if (stream.state().capture() != nullptr) return;
     sys::Event event = nullptr;
     try {
         event = device_->record_event(stream.native());
@@ -125,6 +170,7 @@ void PinnedAllocation::copy_to_device_async(Stream& stream, Buffer& dst, DeviceP
 
 void PinnedAllocation::synchronize() {
     if (last_copy_ == nullptr) return;
+    refuse_in_capture("PinnedBuffer::synchronize", "the driver refuses event waits from a capturing thread");
     const auto scope = device_->bind();
     device_->check(device_->api().event_synchronize(last_copy_), "cuEventSynchronize");
     AtomicCounters::bump(device_->counters().event_synchronizes);
@@ -134,6 +180,7 @@ void PinnedAllocation::synchronize() {
 
 bool PinnedAllocation::ready() const {
     if (last_copy_ == nullptr) return true;
+    refuse_in_capture("PinnedBuffer::ready", "the driver refuses event queries from a capturing thread");
     const auto scope = device_->bind();
     const sys::Result r = device_->api().event_query(last_copy_);
     if (r == sys::kErrorNotReady) return false;

@@ -23,8 +23,16 @@ std::size_t RangeTable::index_of(std::size_t pos) const noexcept {
 
 RangeTable::Mask RangeTable::conflicts(std::size_t begin, std::size_t end, unsigned slot,
                                        Access access) const {
+    return conflicts_of(begin, end, bit(slot), access);
+}
+
+RangeTable::Mask RangeTable::conflicts_without_slot(std::size_t begin, std::size_t end, Access access) const {
+    return conflicts_of(begin, end, 0, access);
+}
+
+RangeTable::Mask RangeTable::conflicts_of(std::size_t begin, std::size_t end, Mask self,
+                                          Access access) const {
     if (begin >= end) return 0;
-    const Mask self = bit(slot);
     Mask waits = 0;
     for (std::size_t i = index_of(begin); i < ranges_.size() && ranges_[i].begin < end; ++i) {
         const Range& r = ranges_[i];

@@ -64,6 +64,8 @@ class RangeTable {
     // The slots that an access on `slot` to [begin, end) must wait for (never `slot` itself).
     // Requires begin <= end <= bytes().
     [[nodiscard]] Mask conflicts(std::size_t begin, std::size_t end, unsigned slot, Access access) const;
+    // The slots that an access to [begin, end) by a stream with no slot here would wait for.
+    [[nodiscard]] Mask conflicts_without_slot(std::size_t begin, std::size_t end, Access access) const;
     // Records that access, once its waits are in place.
     void apply(std::size_t begin, std::size_t end, unsigned slot, Access access);
     // Records a use of the whole buffer by `slot` outside the library's knowledge (record_stream): later
@@ -79,6 +81,8 @@ class RangeTable {
     [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
 
   private:
+    // conflicts() for the slots in `self` (none, or one).
+    [[nodiscard]] Mask conflicts_of(std::size_t begin, std::size_t end, Mask self, Access access) const;
     // Index of the range containing byte `pos` (< bytes()).
     [[nodiscard]] std::size_t index_of(std::size_t pos) const noexcept;
     // Makes a range start at `pos`, returning its index (ranges().size() when pos == bytes()).

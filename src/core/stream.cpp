@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "core/capture.hpp"
 #include "core/device_state.hpp"
 #include "core/peer_access.hpp"
 #include "cudarc/device.hpp"
@@ -32,13 +33,34 @@ StreamState::StreamState(DeviceState& device, sys::Stream handle, StreamOwnershi
 StreamState::~StreamState() {
     device_.events().release(final_event_);
     device_.events().release(scratch_);
+    device_.events().release(precapture_);
+}
+
+void StreamState::enter_capture(CaptureSession* capture, sys::Event precapture_mark) noexcept {
+    capture_ = capture;
+    precapture_ = precapture_mark;
+}
+
+void StreamState::leave_capture() noexcept {
+    capture_ = nullptr;
+    device_.events().release(std::exchange(precapture_, nullptr));
+}
+
+sys::Event StreamState::take_precapture_mark() noexcept {
+    return std::exchange(precapture_, nullptr);
 }
 
 std::uintptr_t StreamState::event_key() const noexcept {
+    // Note [Capture overlay]: a captured stream's mark() is recorded on a stream outside the capture.
+    if (capture_ != nullptr) [[unlikely]]
+        return capture_->outside_key();
     return alive() ? key_ : device_.default_stream_state()->key();
 }
 
 sys::Event StreamState::mark() {
+    // Note [Capture overlay]: for the outside, a captured stream's work is what it ran before joining.
+    if (capture_ != nullptr) [[unlikely]]
+        return capture_->mark_outside(*this);
     const auto scope = device_.bind();
     if (ownership_ != StreamOwnership::foreign) {
         if (alive()) [[likely]]
@@ -56,6 +78,8 @@ sys::Event StreamState::mark() {
 }
 
 void StreamState::order_before(sys::Stream waiter) {
+    if (captures_underway.load(std::memory_order_relaxed) != 0 && order_before_in_capture(*this, waiter))
+        return;  // Note [Capture overlay]
     std::unique_lock<std::mutex> lock;
     if (ownership_ == StreamOwnership::foreign) lock = std::unique_lock(mutex_);
     if (!alive()) {
@@ -109,6 +133,9 @@ std::shared_ptr<StreamState> StreamPool::acquire(int priority) {
 }
 
 void StreamPool::release(std::shared_ptr<StreamState> state) noexcept {
+    // Note [Capture overlay]: a captured stream stays out of the pool until its capture ends (whatever
+    // another owner enqueued on it meanwhile would be captured).
+    if (state->capture() != nullptr && state->capture()->keep_until_end(state)) return;
     try {
         std::lock_guard lock(mutex_);
         free_.push_back(std::move(state));
@@ -138,7 +165,11 @@ void StreamPool::clear() noexcept {
 
 }  // namespace detail
 
+using detail::capture_prepare_join;
+using detail::capture_prepare_wait;
+using detail::captures_underway;
 using detail::DeviceState;
+using detail::refuse_in_capture;
 using detail::StreamState;
 
 namespace {
@@ -179,6 +210,10 @@ Stream::~Stream() {
 void Stream::join_parent() noexcept {
     DeviceState& device = state_->device();
     if (!parent_->alive()) return;  // a foreign parent whose wrapper is gone: nothing left to join into
+    // Note [Capture overlay]: a join into or out of a capture under way.
+    if (detail::captures_underway.load(std::memory_order_relaxed) != 0 &&
+        detail::capture_join_parent(*state_, *parent_))
+        return;
     try {
         state_->order_before(parent_->handle());
         return;
@@ -258,25 +293,39 @@ Stream Stream::fork(const StreamOptions& options) {
     DeviceState& device = state_->device();
     // From here the Stream owns the pooled state: its destructor returns it to the pool (and joins).
     Stream stream(device.shared_from_this(), pooled_stream_state(device, options), state_);
+    // Note [Capture overlay]: a child of a captured stream takes part in the capture.
+    if (state_->capture() != nullptr) state_->capture()->join(*stream.state_, detail::CaptureRole::forked);
     state_->order_before(stream.state_->handle());
     return stream;
 }
 
 void Stream::join(const Stream& other) {
     if (&other.state().device() != &state_->device()) {
+        if (captures_underway.load(std::memory_order_relaxed) != 0) {
+            detail::refuse_across_devices_in_capture(
+                "Stream::join", *state_, other.state().device().ordinal(), state_->device().ordinal(),
+                other.state().capture() != nullptr);
+        }
         detail::join_across_devices(*state_, other.state());  // an event of one device, waited on by another
         return;
     }
+    if (captures_underway.load(std::memory_order_relaxed) != 0) capture_prepare_join(*state_, other.state());
     other.state().order_before(state_->handle());
 }
 
 void Stream::wait(const Event& event) {
     DeviceState& device = state_->device();
+    unsigned flags = 0;
+    if (captures_underway.load(std::memory_order_relaxed) != 0 || event.recorded_in_capture() != 0)
+        flags = capture_prepare_wait(*state_, event.recorded_in_capture());
     const auto scope = device.bind();
-    device.wait_event(state_->handle(), event.native());
+    device.check(device.api().stream_wait_event(state_->handle(), event.native(), flags),
+                 "cuStreamWaitEvent");
+    detail::AtomicCounters::bump(device.counters().cross_stream_waits);
 }
 
 void Stream::synchronize() {
+    refuse_in_capture("Stream::synchronize", "it would wait for work the capture records without running");
     DeviceState& device = state_->device();
     {
         const auto scope = device.bind();
@@ -287,6 +336,7 @@ void Stream::synchronize() {
 }
 
 bool Stream::query() const {
+    refuse_in_capture("Stream::query", "the driver refuses stream queries from a capturing thread");
     DeviceState& device = state_->device();
     const auto scope = device.bind();
     const sys::Result r = device.api().stream_query(state_->handle());

@@ -1,10 +1,13 @@
 #include "core/stream_ordered_source.hpp"
 
+#include <fmt/format.h>
+
 #include <atomic>
 #include <cstdint>
 #include <limits>
 
 #include "core/device_state.hpp"
+#include "cudarc/detail/buffer.hpp"
 
 namespace cudarc::detail {
 namespace {
@@ -27,11 +30,19 @@ class StreamOrderedSource final : public MemoryResource {
     }
 
     MemoryBlock allocate(std::size_t bytes, StreamState& stream) override {
+        if (!pooled() && capture_on_this_thread()) {
+            throw Error(fmt::format(
+                "cudarc: allocating {} bytes inside a graph capture: this device has no stream-ordered pool, "
+                "and cuMemAlloc would invalidate the capture; allocate before capturing",
+                bytes));
+        }
         const auto scope = device_.bind();  // throws DeviceLost for a lost device
         DevicePtr ptr = 0;
         sys::Result r = allocate_once(ptr, bytes, stream);
-        if (r == sys::kErrorOutOfMemory && pooled()) {
-            // Freed memory the pool still reserves counts against the device: give it back and retry once.
+        if (r == sys::kErrorOutOfMemory && pooled() &&
+            captures_underway.load(std::memory_order_relaxed) == 0) {
+            // Freed memory the pool still reserves counts against the device: give it back and retry once
+            // (not during a capture, which gives nothing back: see empty_cache).
             trim();
             r = allocate_once(ptr, bytes, stream);
         }
@@ -87,9 +98,10 @@ class StreamOrderedSource final : public MemoryResource {
     }
 
     // Note: memory whose cuMemFreeAsync is still queued on a stream is in use for the pool; it is released
-    // by the next empty_cache() after that stream reaches the free.
+    // by the next empty_cache() after that stream reaches the free. While a capture is under way it gives
+    // nothing back, as the caching allocator does (Note [Capture overlay]).
     void empty_cache() override {
-        if (pooled()) trim();
+        if (pooled() && captures_underway.load(std::memory_order_relaxed) == 0) trim();
     }
 
     // The pool's own figures (cuMemPoolGetAttribute): reserved is what it holds from the device, allocated

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <exception>
 
+#include "core/capture.hpp"
 #include "core/device_state.hpp"
 #include "cudarc/nccl.hpp"
 #include "nccl/validation.hpp"
@@ -26,6 +27,17 @@ namespace {
 
 const sys::NcclApi& api() {
     return sys::nccl();
+}
+
+// Note [Capture overlay]: NCCL work is not captured. Creating a communicator allocates device memory (which
+// invalidates a capture from this thread), and an operation's group may span devices while a capture records
+// the streams of one. `what` starts with "cudarc::".
+void refuse_in_capture(const char* what) {
+    cudarc::detail::refuse_in_capture(
+        what + std::strlen("cudarc::"),
+        "cudarc does not capture NCCL communicators or operations into graphs (communicator creation "
+        "allocates device memory, and a group may span devices while a capture records one device's "
+        "streams); enqueue it outside capture()");
 }
 
 // The error for a failing NCCL call: NCCL's name for the result, ncclGetErrorString and ncclGetLastError.
@@ -134,6 +146,7 @@ Communicator::~Communicator() {
 
 std::vector<Communicator> Communicator::init_all(std::span<const Device> devices) {
     constexpr const char* what = "cudarc::nccl::Communicator::init_all";
+    refuse_in_capture(what);
     std::vector<int> ordinals;
     ordinals.reserve(devices.size());
     for (const Device& device : devices) {
@@ -172,6 +185,7 @@ std::vector<Communicator> Communicator::init_all(std::span<const Device> devices
 
 Communicator Communicator::init_rank(const Device& device, const UniqueId& id, int rank, int count) {
     constexpr const char* what = "cudarc::nccl::Communicator::init_rank";
+    refuse_in_capture(what);
     require_cuda(device, what);
     detail::check_rank(what, rank, count);
     const sys::NcclApi& nccl = api();
@@ -275,6 +289,7 @@ void Communicator::check_async_error() {
 }
 
 void Communicator::prepare(Stream& stream, const char* what) {
+    refuse_in_capture(what);
     if (comm_ == nullptr)
         throw Error(fmt::format("{}: the communicator is empty (moved from or aborted)", what));
     if (failed_) {
@@ -307,19 +322,27 @@ void Communicator::check_buffer(const detail::CollectiveBuffer& buffer, const ch
     }
 }
 
-void Communicator::track(Stream& stream, const detail::CollectiveBuffer& send,
+bool Communicator::enqueued_at_group_end(bool point_to_point) const noexcept {
+    // Note [Hazard tracking inside a group]: NCCL runs a collective of a one-rank communicator at the call,
+    // group or not (a copy on the stream); everything else waits for the outermost ncclGroupEnd.
+    return Group::innermost() != nullptr && (point_to_point || world_size_ > 1);
+}
+
+void Communicator::track(bool at_group_end, Stream& stream, const detail::CollectiveBuffer& send,
                          const detail::CollectiveBuffer& recv) {
     // Note: each operand covers its own bytes, as a launch's arguments do. An operation in place (or an
     // all_gather whose send is a part of recv) reads bytes it also writes: the write alone orders them (a
     // separate read would only wait for the same writer twice).
     const bool read_is_written =
         send.buffer == recv.buffer && send.ptr >= recv.ptr && send.ptr + send.bytes <= recv.ptr + recv.bytes;
-    if (!read_is_written) track_one(stream, send, Access::read);
-    track_one(stream, recv, Access::write);
+    if (!read_is_written) track_one(at_group_end, stream, send, Access::read);
+    track_one(at_group_end, stream, recv, Access::write);
 }
 
-void Communicator::track_one(Stream& stream, const detail::CollectiveBuffer& buffer, Access access) {
-    if (Group* group = Group::innermost()) {
+void Communicator::track_one(bool at_group_end, Stream& stream, const detail::CollectiveBuffer& buffer,
+                             Access access) {
+    if (at_group_end) {
+        Group* group = Group::innermost();
         // Note [Hazard tracking inside a group]
         group->pending_.push_back({&stream, buffer.buffer, buffer.ptr, buffer.bytes, access});
         return;
@@ -327,9 +350,9 @@ void Communicator::track_one(Stream& stream, const detail::CollectiveBuffer& buf
     cudarc::detail::prepare_access(stream, *buffer.buffer, buffer.ptr, buffer.bytes, access);
 }
 
-void Communicator::finish(Stream& stream, const detail::CollectiveBuffer& send,
+void Communicator::finish(bool at_group_end, Stream& stream, const detail::CollectiveBuffer& send,
                           const detail::CollectiveBuffer& recv) noexcept {
-    if (Group::innermost() != nullptr) return;  // the group finishes its accesses when it ends
+    if (at_group_end) return;  // the group finishes its accesses when it ends
     // Note [NCCL and the current context]: the events are recorded in a scope of their own.
     const auto scope = stream.state().device().bind_or_defer();
     cudarc::detail::finish_access(stream, *send.buffer);
@@ -345,12 +368,13 @@ void Communicator::run_all_reduce(Stream& stream, const detail::CollectiveBuffer
     check_buffer(send, what, "send buffer");
     check_buffer(recv, what, "receive buffer");
     detail::check_same_count(what, send.count, recv.count);
-    track(stream, send, recv);
+    const bool at_group_end = enqueued_at_group_end(false);
+    track(at_group_end, stream, send, recv);
     const sys::NcclResult result = with_device(*device_, [&] {
         return api().all_reduce(address(send), address(recv), recv.count, detail::nccl_data_type(recv.type),
                                 detail::nccl_reduce_op(op), comm_, stream.native());
     });
-    finish(stream, send, recv);
+    finish(at_group_end, stream, send, recv);
     check_result(result, "ncclAllReduce");
 }
 
@@ -363,12 +387,13 @@ void Communicator::run_broadcast(Stream& stream, const detail::CollectiveBuffer&
     detail::check_same_count(what, send.count, recv.count);
     detail::check_root(what, root, world_size_);
     // Note: only the root reads its send buffer; tracking it on every rank only adds ordering.
-    track(stream, send, recv);
+    const bool at_group_end = enqueued_at_group_end(false);
+    track(at_group_end, stream, send, recv);
     const sys::NcclResult result = with_device(*device_, [&] {
         return api().broadcast(address(send), address(recv), recv.count, detail::nccl_data_type(recv.type),
                                root, comm_, stream.native());
     });
-    finish(stream, send, recv);
+    finish(at_group_end, stream, send, recv);
     check_result(result, "ncclBroadcast");
 }
 
@@ -380,12 +405,13 @@ void Communicator::run_reduce(Stream& stream, const detail::CollectiveBuffer& se
     check_buffer(recv, what, "receive buffer");
     detail::check_same_count(what, send.count, recv.count);
     detail::check_root(what, root, world_size_);
-    track(stream, send, recv);
+    const bool at_group_end = enqueued_at_group_end(false);
+    track(at_group_end, stream, send, recv);
     const sys::NcclResult result = with_device(*device_, [&] {
         return api().reduce(address(send), address(recv), recv.count, detail::nccl_data_type(recv.type),
                             detail::nccl_reduce_op(op), root, comm_, stream.native());
     });
-    finish(stream, send, recv);
+    finish(at_group_end, stream, send, recv);
     check_result(result, "ncclReduce");
 }
 
@@ -396,12 +422,13 @@ void Communicator::run_all_gather(Stream& stream, const detail::CollectiveBuffer
     check_buffer(send, what, "send buffer");
     check_buffer(recv, what, "receive buffer");
     detail::check_gather_counts(what, send.count, recv.count, world_size_);
-    track(stream, send, recv);
+    const bool at_group_end = enqueued_at_group_end(false);
+    track(at_group_end, stream, send, recv);
     const sys::NcclResult result = with_device(*device_, [&] {
         return api().all_gather(address(send), address(recv), send.count, detail::nccl_data_type(recv.type),
                                 comm_, stream.native());
     });
-    finish(stream, send, recv);
+    finish(at_group_end, stream, send, recv);
     check_result(result, "ncclAllGather");
 }
 
@@ -412,13 +439,14 @@ void Communicator::run_reduce_scatter(Stream& stream, const detail::CollectiveBu
     check_buffer(send, what, "send buffer");
     check_buffer(recv, what, "receive buffer");
     detail::check_scatter_counts(what, send.count, recv.count, world_size_);
-    track(stream, send, recv);
+    const bool at_group_end = enqueued_at_group_end(false);
+    track(at_group_end, stream, send, recv);
     const sys::NcclResult result = with_device(*device_, [&] {
         return api().reduce_scatter(address(send), address(recv), recv.count,
                                     detail::nccl_data_type(recv.type), detail::nccl_reduce_op(op), comm_,
                                     stream.native());
     });
-    finish(stream, send, recv);
+    finish(at_group_end, stream, send, recv);
     check_result(result, "ncclReduceScatter");
 }
 
@@ -427,12 +455,13 @@ void Communicator::run_send(Stream& stream, const detail::CollectiveBuffer& data
     prepare(stream, what);
     check_buffer(data, what, "send buffer");
     detail::check_peer(what, peer, world_size_);
-    track_one(stream, data, Access::read);
+    const bool at_group_end = enqueued_at_group_end(true);
+    track_one(at_group_end, stream, data, Access::read);
     const sys::NcclResult result = with_device(*device_, [&] {
         return api().send(address(data), data.count, detail::nccl_data_type(data.type), peer, comm_,
                           stream.native());
     });
-    finish(stream, data, data);
+    finish(at_group_end, stream, data, data);
     check_result(result, "ncclSend");
 }
 
@@ -441,12 +470,13 @@ void Communicator::run_recv(Stream& stream, const detail::CollectiveBuffer& data
     prepare(stream, what);
     check_buffer(data, what, "receive buffer");
     detail::check_peer(what, peer, world_size_);
-    track_one(stream, data, Access::write);
+    const bool at_group_end = enqueued_at_group_end(true);
+    track_one(at_group_end, stream, data, Access::write);
     const sys::NcclResult result = with_device(*device_, [&] {
         return api().recv(address(data), data.count, detail::nccl_data_type(data.type), peer, comm_,
                           stream.native());
     });
-    finish(stream, data, data);
+    finish(at_group_end, stream, data, data);
     check_result(result, "ncclRecv");
 }
 

@@ -171,6 +171,16 @@ KernelParams make_kernel_params(UpdateRule rule, const GroupOptions& h, double g
     if (rule == UpdateRule::adamw || rule == UpdateRule::lion || rule == UpdateRule::ademamix) {
         k.decay = checked_float("1 - lr * weight_decay", 1.0 - h.lr * h.weight_decay);
     }
+    // The EMAs' weights of the new value, rounded once from the double options (Note [Complements]);
+    // AdEMAMix's 1 - beta3 follows the step (derive_step).
+    if (uses_betas(rule)) {
+        k.beta1_complement = static_cast<float>(1.0 - h.beta1);
+        k.beta2_complement = static_cast<float>(1.0 - h.beta2);
+    } else if (rule == UpdateRule::rmsprop) {
+        cudarc_optim::smoothing_complement(k) = static_cast<float>(1.0 - h.alpha);
+    } else if (rule == UpdateRule::sgd) {
+        cudarc_optim::dampening_complement(k) = static_cast<float>(1.0 - h.dampening);
+    }
     cudarc_optim::derive_step(static_cast<int>(rule), step_schedule(rule, h), step_number, k);
     if (rule == UpdateRule::adam || rule == UpdateRule::adamw || rule == UpdateRule::ademamix ||
         rule == UpdateRule::lamb) {

@@ -99,9 +99,10 @@ inline constexpr std::string_view kKernelSource = "optim.cu";
                                                     StatePrecision precision, bool capturable = false);
 
 // Validates `options` for `rule` with the given grad scale and 1-based step number (throws cudarc::Error
-// naming the bad field) and derives the kernel's fields in double: inv_grad_scale and decay here, the
-// step's own (step_size, bias_correction2_sqrt) by cudarc_optim::derive_step, as a capturable step does on
-// the device (Note [Per-step values] in kernels/optim_common.cuh).
+// naming the bad field) and derives the kernel's fields in double: inv_grad_scale, decay and the complements
+// 1 - beta (Note [Complements]) here, the step's own (step_size, bias_correction2_sqrt, AdEMAMix's alpha,
+// beta3 and 1 - beta3) by cudarc_optim::derive_step, as a capturable step does on the device (Note
+// [Per-step values] in kernels/optim_common.cuh).
 [[nodiscard]] KernelParams make_kernel_params(UpdateRule rule, const GroupOptions& options, double grad_scale,
                                               std::int64_t step);
 

@@ -63,6 +63,7 @@ inline constexpr int kMemPoolAttrReleaseThreshold = 4;   // CU_MEMPOOL_ATTR_RELE
 inline constexpr int kStreamCaptureModeThreadLocal = 1;  // CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
 inline constexpr int kStreamCaptureStatusNone = 0;       // CU_STREAM_CAPTURE_STATUS_NONE
 inline constexpr int kStreamCaptureStatusActive = 1;     // CU_STREAM_CAPTURE_STATUS_ACTIVE
+inline constexpr unsigned kEventWaitExternal = 0x1;      // CU_EVENT_WAIT_EXTERNAL
 inline constexpr int kPointerAttributeMemoryType = 2;    // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
 inline constexpr unsigned kMemoryTypeHost = 1;           // CU_MEMORYTYPE_HOST
 
@@ -132,6 +133,16 @@ struct LaunchAttribute {
     char pad[8 - sizeof(int)];
     LaunchAttributeValue value;
 };
+
+// CUgraphExecUpdateResultInfo: why cuGraphExecUpdate could not update an executable graph in place.
+struct GraphExecUpdateResultInfo {
+    int result = 0;  // CUgraphExecUpdateResult: 0 success, 2 topology changed, ...
+    void* error_node = nullptr;
+    void* error_from_node = nullptr;
+};
+inline constexpr int kGraphExecUpdateSuccess = 0;          // CU_GRAPH_EXEC_UPDATE_SUCCESS
+inline constexpr int kGraphExecUpdateTopologyChanged = 2;  // CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED
+
 struct LaunchConfig {
     unsigned grid_x, grid_y, grid_z;
     unsigned block_x, block_y, block_z;
@@ -250,6 +261,9 @@ struct DriverApi {
     Result (*graph_launch)(GraphExec exec, Stream stream) = nullptr;
     Result (*graph_destroy)(Graph graph) = nullptr;
     Result (*graph_exec_destroy)(GraphExec exec) = nullptr;
+    // cuGraphExecUpdate (the CUDA 12 form) and cuGraphUpload; optional.
+    Result (*graph_exec_update)(GraphExec exec, Graph graph, GraphExecUpdateResultInfo* info) = nullptr;
+    Result (*graph_upload)(GraphExec exec, Stream stream) = nullptr;
 };
 
 // The active backend's table, loaded and initialized on first use (thread-safe).

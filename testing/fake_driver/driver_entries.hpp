@@ -76,4 +76,6 @@
     X(graph_instantiate, "cuGraphInstantiateWithFlags")                                              \
     X(graph_launch, "cuGraphLaunch")                                                                 \
     X(graph_destroy, "cuGraphDestroy")                                                               \
-    X(graph_exec_destroy, "cuGraphExecDestroy")
+    X(graph_exec_destroy, "cuGraphExecDestroy")                                                      \
+    X(graph_exec_update, "cuGraphExecUpdate")                                                        \
+    X(graph_upload, "cuGraphUpload")

@@ -73,6 +73,7 @@ constexpr ErrorName kErrorNames[] = {
     {801, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
     {900, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED", "operation not permitted when stream is capturing"},
     {901, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED", "operation failed due to a previous error during capture"},
+    {910, "CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE", "the graph update was not performed"},
     {999, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
 
@@ -193,6 +194,7 @@ struct FakeDriver::Impl {
         std::uint64_t completed = 0;
         double time_ms = 0.0;
         bool alive = true;
+        std::uint64_t capture = 0;  // the capture its last record was made in (0: outside any)
     };
     enum class MemoryKind { device, managed, pool, host };
     struct Allocation {
@@ -390,6 +392,14 @@ struct FakeDriver::Impl {
             pool.cached.erase(largest);
             if (it != memory.end()) release_memory(it);
         }
+    }
+
+    // Whether some stream is still capturing into capture `id`.
+    bool capture_active(std::uint64_t id) const {
+        for (const auto& [stream_id, stream] : streams) {
+            if (stream.capture == id) return true;
+        }
+        return false;
     }
 
     // --- Work ---
@@ -732,6 +742,16 @@ sys::Result stream_wait_event(sys::Stream stream, sys::Event event, unsigned) {
     if (const sys::Result r = d.use(s->context, true)) return r;
     Impl::Event* e = d.find_live(d.events, id_of(event), "event", error);
     if (e == nullptr) return error;
+    if (e->capture != 0) {
+        // Recorded inside a capture: a stream that waits for it takes part in that capture (as on a real
+        // driver; its later work goes into the same graph); once the capture has ended, it cannot be waited
+        // for.
+        if (!d.capture_active(e->capture)) return sys::kErrorInvalidValue;
+        if (s->capture == 0) s->capture = e->capture;
+        if (s->capture != e->capture) return sys::kErrorInvalidValue;
+        return sys::kSuccess;
+    }
+    if (s->capture != 0) return sys::kSuccess;  // an external event: a wait node of the graph
     // Note: the wait captures the event's last record as it stands now (events of other contexts too).
     if (e->recorded > e->completed) {
         Impl::Op op;
@@ -801,6 +821,13 @@ sys::Result stream_end_capture(sys::Stream stream, sys::Graph* graph) {
     if (s == nullptr) return error;
     if (s->capture == 0) return 401;
     const std::uint64_t id = std::exchange(s->capture, 0);
+    // Streams that joined the capture (by waiting for an event recorded in it) leave it with the origin.
+    for (auto& [other_id, other] : d.streams) {
+        if (other.capture != id) continue;
+        other.capture = 0;
+        s->capture_invalidated = s->capture_invalidated || other.capture_invalidated;
+        other.capture_invalidated = false;
+    }
     if (s->capture_invalidated) {
         d.graphs.erase(id);
         *graph = nullptr;
@@ -841,7 +868,8 @@ sys::Result event_record(sys::Event event, sys::Stream stream) {
     if (s == nullptr) return error;
     if (const sys::Result r = d.use(s->context, true)) return r;
     if (e->context != s->context) return kErrorInvalidHandle;  // the driver's own rule
-    if (s->capture != 0) return sys::kSuccess;                 // an edge of the graph
+    e->capture = s->capture;
+    if (s->capture != 0) return sys::kSuccess;  // an edge of the graph
     Impl::Op op;
     op.kind = Impl::Op::Kind::record;
     op.event = id_of(event);
@@ -857,6 +885,7 @@ sys::Result event_query(sys::Event event) {
     Impl::Event* e = d.find_live(d.events, id_of(event), "event", error);
     if (e == nullptr) return error;
     if (const sys::Result r = d.use(e->context, false)) return r;
+    if (e->capture != 0 && !d.capture_active(e->capture)) return sys::kErrorInvalidValue;
     return e->completed >= e->recorded ? sys::kSuccess : sys::kErrorNotReady;
 }
 sys::Result event_synchronize(sys::Event event) {
@@ -866,6 +895,7 @@ sys::Result event_synchronize(sys::Event event) {
     Impl::Event* e = d.find_live(d.events, id_of(event), "event", error);
     if (e == nullptr) return error;
     if (const sys::Result r = d.use(e->context, false)) return r;
+    if (e->capture != 0 && !d.capture_active(e->capture)) return sys::kErrorInvalidValue;
     d.finish_all();
     return d.devices[static_cast<std::size_t>(d.ordinal_of_context(e->context))].lost;
 }
@@ -1538,6 +1568,39 @@ sys::Result graph_destroy(sys::Graph graph) {
 }
 sys::Result graph_exec_destroy(sys::GraphExec exec) {
     return destroy_graph(id_of(exec), true);
+}
+// In place when the new graph has as many operations, each of the same kind (a stand-in for the driver's
+// topology and node-type rules); otherwise CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, the executable unchanged.
+sys::Result graph_exec_update(sys::GraphExec exec, sys::Graph graph, sys::GraphExecUpdateResultInfo* info) {
+    Impl& d = impl();
+    Lock lock(d.mutex);
+    sys::Result error = sys::kSuccess;
+    Impl::Graph* x = d.find_live(d.graphs, id_of(exec), "graph", error);
+    Impl::Graph* g = x != nullptr ? d.find_live(d.graphs, id_of(graph), "graph", error) : nullptr;
+    if (g == nullptr) return error;
+    if (!x->executable || g->executable || info == nullptr) return kErrorInvalidHandle;
+    if (const sys::Result r = d.use(x->context, true)) return r;
+    bool same_shape = x->ops.size() == g->ops.size();
+    for (std::size_t i = 0; same_shape && i < x->ops.size(); ++i)
+        same_shape = x->ops[i].kind == g->ops[i].kind;
+    if (!same_shape) {
+        info->result = sys::kGraphExecUpdateTopologyChanged;
+        return kErrorGraphExecUpdateFailure;
+    }
+    x->ops = g->ops;
+    info->result = sys::kGraphExecUpdateSuccess;
+    return sys::kSuccess;
+}
+sys::Result graph_upload(sys::GraphExec exec, sys::Stream stream) {
+    Impl& d = impl();
+    Lock lock(d.mutex);
+    sys::Result error = sys::kSuccess;
+    Impl::Graph* g = d.find_live(d.graphs, id_of(exec), "graph", error);
+    if (g == nullptr) return error;
+    if (!g->executable) return kErrorInvalidHandle;
+    Impl::Stream* s = d.find_stream(stream, error);
+    if (s == nullptr) return error;
+    return d.use(s->context, true);  // nothing to upload: the fake's graphs live on the host
 }
 
 }  // namespace

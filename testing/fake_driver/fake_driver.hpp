@@ -22,6 +22,9 @@
 //  - The default memory pool (cuMemAllocAsync / cuMemFreeAsync / cuMemPoolTrimTo / attributes) with 2 MiB
 //    chunks and its release threshold applied at host waits.
 //  - Stream capture: work enqueued on a capturing stream goes into the graph; a graph launch enqueues it.
+//    A stream that waits for an event recorded inside a capture joins it (its work goes into the same
+//    graph, in enqueue order) and leaves it when the origin's capture ends; such an event cannot be waited
+//    for or queried afterwards. cuGraphExecUpdate updates in place when the operations keep their kinds.
 //  - Several devices (Options::devices): peer access between their primary contexts, peer copies, and the
 //    pointer attributes and address ranges that borrowed memory is checked with.
 //  - A kernel body may fail with a sticky error: from then on every call on that device returns it.
@@ -58,6 +61,7 @@ inline constexpr sys::Result kErrorInvalidHandle = 400;
 inline constexpr sys::Result kErrorIllegalAddress = 700;
 inline constexpr sys::Result kErrorLaunchFailed = 719;
 inline constexpr sys::Result kErrorStreamCaptureInvalidated = 901;
+inline constexpr sys::Result kErrorGraphExecUpdateFailure = 910;
 
 struct DeviceSpec {
     std::string name = "cudarc fake GPU";

@@ -177,6 +177,8 @@ TEST_CASE("interop.dlpack_round_trip_across_two_streams") {
         BorrowedSlice<float> borrowed = from_dlpack<float>(device, managed, consumer);
         CHECK(borrowed.size() == n);
         auto out = DeviceSlice<float>::from_host(user, poisoned(n));
+        const auto allocated_with_out = device.allocator_stats().allocated_bytes;
+        CHECK(allocated_with_out > allocated);
         launch(user, LaunchConfig{1, 1}, spin, spin_cycles(device, 100.0), nullptr);
         launch(user, LaunchConfig::for_elements(n, device), copy_kernel, out, borrowed,
                static_cast<unsigned long long>(n));
@@ -189,7 +191,7 @@ TEST_CASE("interop.dlpack_round_trip_across_two_streams") {
         borrowed = BorrowedSlice<float>();
         CHECK((device.counters() - before).host_synchronizations() == 0);
         CHECK(DeleterSpy<dlpack::DLManagedTensorVersioned>::calls == 0);
-        CHECK(device.allocator_stats().allocated_bytes == allocated);  // not freed yet
+        CHECK(device.allocator_stats().allocated_bytes == allocated_with_out);  // the import: not freed yet
     }
     user.synchronize();
     consumer.synchronize();  // both uses have completed; synchronize polls the release queue

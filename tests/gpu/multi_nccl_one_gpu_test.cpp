@@ -237,10 +237,10 @@ TEST_CASE("multi.one_rank_init_rank_and_group") {
     device.rethrow_deferred_error();
 }
 
-TEST_CASE("multi.one_rank_group_orders_its_operations_when_it_ends") {
-    // NCCL enqueues a group's operations when it ends: a writer held back inside the group's scope, on
-    // another stream, comes before the collective, which must wait for it (Note [Hazard tracking inside a
-    // group]).
+TEST_CASE("multi.one_rank_collective_in_a_group_is_ordered_at_the_call") {
+    // NCCL runs a one-rank collective at the call, group or not (a copy on the stream), so cudarc orders it
+    // there (Note [Hazard tracking inside a group]): it waits for a writer held back before it, and a writer
+    // issued after it, still inside the group, waits for its read.
     if (!have_nccl()) return;
     auto device = Device::open(0);
     auto comms = one_rank(device);
@@ -250,21 +250,25 @@ TEST_CASE("multi.one_rank_group_orders_its_operations_when_it_ends") {
     auto reader = device.create_stream();
     auto third = device.create_stream();
     const auto host = random_floats(kN);
+    const auto later = random_floats(kN);
     const auto source = DeviceSlice<float>::from_host(writer, host);
+    const auto later_source = DeviceSlice<float>::from_host(writer, later);
     auto x = DeviceSlice<float>::from_host(writer, poisoned(kN));
     auto y = DeviceSlice<float>::from_host(reader, poisoned(kN));
     writer.synchronize();
     reader.synchronize();
+    hold_back(writer, kHoldMs);
+    launch(writer, LaunchConfig::for_elements(kN, device), copy, x, source, kN);  // x = host, held back
+    hold_back(reader, kHoldMs);  // the collective's read is held back too: the later write must wait for it
     {
         nccl::Group group;
-        comm.all_reduce(reader, x, y);  // reads x when the group ends
-        const auto inside = device.counters();
-        hold_back(writer, kHoldMs);
-        launch(writer, LaunchConfig::for_elements(kN, device), copy, x, source, kN);  // x = source, held back
-        CHECK((device.counters() - inside).cross_stream_waits ==
-              0);  // the collective's wait is still pending
+        const auto before = device.counters();
+        comm.all_reduce(reader, x, y);  // y = x: waits for the held-back copy now
+        CHECK((device.counters() - before).cross_stream_waits == 1);
+        launch(writer, LaunchConfig::for_elements(kN, device), copy, x, later_source, kN);  // after the read
     }
     CHECK(bitwise_equal(y.to_vector(third), host));
+    CHECK(bitwise_equal(x.to_vector(third), later));
 }
 
 TEST_CASE("multi.one_rank_collectives_track_exactly_their_views_bytes") {

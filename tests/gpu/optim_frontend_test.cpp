@@ -522,8 +522,9 @@ bool lion_sign_is_ambiguous(const Problem& p, std::size_t t, std::size_t i, cons
         }
     }
     const double b1 = kp.beta1;
-    const double c = b1 * m + (1.0 - b1) * g;
-    return std::abs(c) <= 1e-6 * (std::abs(b1 * m) + std::abs((1.0 - b1) * g));
+    const double c1 = kp.beta1_complement;  // the kernels' 1 - beta1 (Note [Complements])
+    const double c = b1 * m + c1 * g;
+    return std::abs(c) <= 1e-6 * (std::abs(b1 * m) + std::abs(c1 * g));
 }
 
 void compare_with_reference(const Problem& p, const Outcome& device, bool expect_clipping) {
@@ -587,7 +588,9 @@ void compare_with_reference(const Problem& p, const Outcome& device, bool expect
             reference::QuantizedState q2(abi::state_map(p.rule, 2), n);
             reference::QuantizedState q3(abi::state_map(p.rule, 3), n);
             const std::size_t blocks = q1.absmax.size();
-            if (!zero_start) {
+            if (!zero_start && states >= 1) {  // (a rule without state, SGD without momentum, has no codes)
+                REQUIRE(start.codes1.size() >= n);
+                REQUIRE(start.absmax1.size() >= blocks);
                 q1.codes.assign(start.codes1.begin(), start.codes1.begin() + static_cast<std::ptrdiff_t>(n));
                 q1.absmax.assign(start.absmax1.begin(),
                                  start.absmax1.begin() + static_cast<std::ptrdiff_t>(blocks));

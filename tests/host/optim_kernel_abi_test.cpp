@@ -55,13 +55,13 @@ TEST_CASE("optim.abi_uses_the_kernel_header_and_the_public_numbering") {
     static_assert(std::is_same_v<abi::KernelParams, cudarc_optim::OptimParams>);
     static_assert(std::is_same_v<abi::TensorDesc, cudarc_optim::OptimTensor>);
     static_assert(std::is_same_v<abi::Chunk, cudarc_optim::OptimChunk>);
-    CHECK(sizeof(abi::KernelParams) == 68);
+    CHECK(sizeof(abi::KernelParams) == 76);
     CHECK(sizeof(abi::TensorDesc) == 64);
     CHECK(sizeof(abi::Chunk) == 16);
     static_assert(std::is_same_v<abi::StepState, cudarc_optim::OptimStepState>);
     CHECK(offsetof(abi::StepState, params) == 0);
-    CHECK(offsetof(abi::StepState, count) == 72);
-    CHECK(sizeof(abi::StepState) == 160);
+    CHECK(offsetof(abi::StepState, count) == 80);
+    CHECK(sizeof(abi::StepState) == 168);
     // The work decomposition.
     CHECK(abi::tile_elements(StatePrecision::fp32) == 1024);
     CHECK(abi::tile_elements(StatePrecision::blockwise8) == 2048);
@@ -161,6 +161,20 @@ TEST_CASE("optim.abi_step_values_follow_the_documented_derivation") {
                                   derived);
         CHECK(std::memcmp(&derived, &k, sizeof(k)) == 0);
     }
+    // AdEMAMix's warm-ups follow the step too (alpha, beta3 and 1 - beta3): the same floats either way.
+    StepInputs a = step_inputs(UpdateRule::ademamix);
+    a.t_alpha = 300;
+    a.t_beta3 = 500;
+    for (const std::int64_t step : {std::int64_t{1}, std::int64_t{2}, std::int64_t{299}, std::int64_t{499},
+                                    std::int64_t{500}, std::int64_t{100000}}) {
+        CAPTURE(step);
+        a.step = step;
+        const abi::KernelParams k = kernel_params_of(UpdateRule::ademamix, a);
+        abi::KernelParams derived = abi::make_step_settings(UpdateRule::ademamix, a, a.grad_scale).params;
+        cudarc_optim::derive_step(cudarc_optim::kAdemamix, abi::step_schedule(UpdateRule::ademamix, a), step,
+                                  derived);
+        CHECK(std::memcmp(&derived, &k, sizeof(k)) == 0);
+    }
     // Past the int range of OptimParams::step (a capturable step count only), step saturates; the derived
     // values still follow the count.
     abi::KernelParams far{};
@@ -184,6 +198,11 @@ TEST_CASE("optim.abi_kernel_params_are_derived_in_double") {
     CHECK(k.step_size == static_cast<float>(1e-3 / (1.0 - std::pow(0.9, 10))));
     CHECK(k.bias_correction2_sqrt == static_cast<float>(std::sqrt(1.0 - std::pow(0.999, 10))));
     CHECK(k.decay == static_cast<float>(1.0 - 1e-3 * 1e-2));
+    // Note [Complements]: 1 - beta rounded once from the double beta, not 1 minus the float beta (for
+    // 0.999 those differ by 1.3e-5 relative).
+    CHECK(k.beta1_complement == static_cast<float>(1.0 - 0.9));
+    CHECK(k.beta2_complement == static_cast<float>(1.0 - 0.999));
+    CHECK(k.beta2_complement != 1.0f - static_cast<float>(0.999));
     // Adam's weight decay is L2: no decoupled decay factor.
     CHECK(kernel_params_of(UpdateRule::adam, h).decay == 1.0f);
     // Adagrad: clr = lr / (1 + (step - 1) lr_decay).
@@ -199,10 +218,21 @@ TEST_CASE("optim.abi_kernel_params_are_derived_in_double") {
     CHECK(ks.nesterov == 1);
     CHECK(ks.step_size == ks.lr);
     CHECK(ks.bias_correction2_sqrt == 1.0f);
+    // SGD's dampening and RMSprop's alpha enter only through their complements.
+    sgd.nesterov = false;
+    sgd.dampening = 0.1;
+    CHECK(cudarc_optim::dampening_complement(kernel_params_of(UpdateRule::sgd, sgd)) ==
+          static_cast<float>(1.0 - 0.1));
+    StepInputs rms = step_inputs(UpdateRule::rmsprop);
+    rms.alpha = 0.99;
+    CHECK(cudarc_optim::smoothing_complement(kernel_params_of(UpdateRule::rmsprop, rms)) ==
+          static_cast<float>(1.0 - 0.99));
     // Lion's decay is decoupled, like AdamW's.
     StepInputs lion = step_inputs(UpdateRule::lion);
     lion.weight_decay = 0.5;
     CHECK(kernel_params_of(UpdateRule::lion, lion).decay == static_cast<float>(1.0 - 1e-4 * 0.5));
+    lion.beta2 = 0.99;
+    CHECK(kernel_params_of(UpdateRule::lion, lion).beta2_complement == static_cast<float>(1.0 - 0.99));
 }
 
 TEST_CASE("optim.abi_kernel_params_reject_bad_input") {
@@ -396,6 +426,11 @@ TEST_CASE("optim.abi_new_rules_derive_their_step_values") {
         // rare value at a rounding boundary.)
         const float derived = cudarc_optim::slow_decay(k);
         CHECK(std::abs(static_cast<double>(derived) - beta3) <= 0x1p-24 * beta3);
+        // Its complement is rounded from the double 1 - beta3 (Note [Complements]): within float rounding of
+        // it (the exp's few units of 2^-53 are far below), where 1.0f - derived could be 2^-24 / (1 - beta3)
+        // off.
+        const double complement = cudarc_optim::slow_decay_complement(k);
+        CHECK(std::abs(complement - (1.0 - beta3)) <= 0x1p-23 * (1.0 - beta3));
         CHECK(k.step_size == static_cast<float>(a.lr / (1.0 - cudarc_optim::fp64::power(0.9, step))));
         CHECK(k.decay == static_cast<float>(1.0 - a.lr * a.weight_decay));
     }
@@ -409,6 +444,7 @@ TEST_CASE("optim.abi_new_rules_derive_their_step_values") {
     const abi::KernelParams fixed = kernel_params_of(UpdateRule::ademamix, a);
     CHECK(fixed.alpha == 5.0f);
     CHECK(cudarc_optim::slow_decay(fixed) == static_cast<float>(0.9999));
+    CHECK(cudarc_optim::slow_decay_complement(fixed) == static_cast<float>(1.0 - 0.9999));
 
     // LAMB: lr stays outside the direction, whose step size is 1 / (1 - beta1^t); no decoupled decay.
     StepInputs l = step_inputs(UpdateRule::lamb);

@@ -547,3 +547,64 @@ TEST_CASE("optim.kernel_element_math_skips_nonfinite_gradients") {
         CHECK(update == 0.0f);
     }
 }
+
+// Note [Complements]: every rule weights the new value of its EMAs by 1 - beta rounded once from the double
+// option, in the 32-bit and the 8-bit arithmetic. From a zero state with g = 1 each state is that weight
+// exactly (1.0f minus the float beta would be off by beta's rounding: 1.3e-5 relative for 0.999).
+TEST_CASE("optim.kernel_element_math_weights_new_values_by_the_rounded_complements") {
+    const auto zero_state_step = [](UpdateRule a, auto algorithm_tag, StepInputs h, bool eight_bit) {
+        constexpr int A = decltype(algorithm_tag)::value;
+        h.weight_decay = 0.0;
+        const auto hp = std::bit_cast<cudarc_optim::OptimParams>(kernel_params_of(a, h));
+        std::array<float, 3> s{0.0f, 0.0f, 0.0f};
+        float update = 0.0f;
+        if constexpr (!cudarc_optim::uses_trust_ratio(A)) {  // (LAMB and LARS keep 32-bit state only)
+            if (eight_bit) update = cudarc_optim::update_8bit<A>(hp, 1.0f, 1.0f, s[0], s[1], s[2]);
+        }
+        if (!eight_bit) {
+            REQUIRE(cudarc_optim::update_element<A>(hp, 1.0f, 1.0f, s[0], s[1], s[2], update));
+        }
+        return s;
+    };
+    for (const bool eight_bit : {false, true}) {
+        CAPTURE(eight_bit);
+        StepInputs adam = step_inputs(UpdateRule::adamw);  // betas 0.9, 0.999
+        const auto sa = zero_state_step(UpdateRule::adamw,
+                                        std::integral_constant<int, cudarc_optim::kAdamW>{}, adam, eight_bit);
+        CHECK(sa[0] == static_cast<float>(1.0 - 0.9));
+        CHECK(sa[1] == static_cast<float>(1.0 - 0.999));
+        CHECK(sa[1] != 1.0f - static_cast<float>(0.999));
+
+        StepInputs lion = step_inputs(UpdateRule::lion);
+        lion.beta2 = 0.999;
+        const auto sl = zero_state_step(UpdateRule::lion, std::integral_constant<int, cudarc_optim::kLion>{},
+                                        lion, eight_bit);
+        CHECK(sl[0] == static_cast<float>(1.0 - 0.999));
+
+        StepInputs rms = step_inputs(UpdateRule::rmsprop);
+        rms.alpha = 0.999;
+        const auto sr = zero_state_step(
+            UpdateRule::rmsprop, std::integral_constant<int, cudarc_optim::kRmsprop>{}, rms, eight_bit);
+        CHECK(sr[0] == static_cast<float>(1.0 - 0.999));
+
+        StepInputs sgd = step_inputs(UpdateRule::sgd);
+        sgd.momentum = 0.5;
+        sgd.dampening = 0.3;
+        sgd.step = 2;  // (step 1 copies the gradient)
+        const auto ss = zero_state_step(UpdateRule::sgd, std::integral_constant<int, cudarc_optim::kSgd>{},
+                                        sgd, eight_bit);
+        CHECK(ss[0] == static_cast<float>(1.0 - 0.3));
+
+        StepInputs ademamix = step_inputs(UpdateRule::ademamix);  // betas 0.9, 0.999, 0.9999
+        const auto se =
+            zero_state_step(UpdateRule::ademamix, std::integral_constant<int, cudarc_optim::kAdemamix>{},
+                            ademamix, eight_bit);
+        CHECK(se[0] == static_cast<float>(1.0 - 0.9));
+        CHECK(se[1] == static_cast<float>(1.0 - 0.999));
+        CHECK(se[2] == static_cast<float>(1.0 - 0.9999));
+    }
+    // LAMB (32-bit state only).
+    const auto sb = zero_state_step(UpdateRule::lamb, std::integral_constant<int, cudarc_optim::kLamb>{},
+                                    step_inputs(UpdateRule::lamb), false);
+    CHECK(sb[1] == static_cast<float>(1.0 - 0.999));
+}

@@ -3,6 +3,7 @@
 // non-template code through here.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <vector>
@@ -19,6 +20,7 @@ class DeviceState;
 class StreamState;
 class HazardTracker;
 class MemoryResource;
+class HazardState;
 
 enum class Access { read, write };
 
@@ -36,14 +38,28 @@ struct ReleaseHook {
     [[nodiscard]] explicit operator bool() const noexcept { return call != nullptr; }
 };
 
+// How many graph captures are under way in the process (Note [Capture overlay] in src/core/capture.hpp).
+// While any is, the single-stream fast path below is off, so that captured accesses are seen.
+extern std::atomic<unsigned> captures_underway;
+
+// What a graph keeps of a buffer its captured work used: the buffer's hazard state while it lives (null
+// once it is released), and its address and size to name it in errors. Created at the buffer's first
+// captured access; moves with the buffer.
+struct BufferLink {
+    HazardState* state = nullptr;
+    DevicePtr address = 0;
+    std::size_t bytes = 0;
+};
+
 // Hazard state of one buffer: which streams wrote and read which bytes (Note [Range hazards] in
 // src/core/range_table.hpp).
 //
 // Note [Single-stream fast path]
 // While one stream alone has written the whole buffer and nothing else happened since, `exclusive_` names
-// it, and any access on that stream needs no wait and changes nothing: one pointer comparison. Only when a
-// second stream touches the buffer is the range table built (and events recorded, lazily, on the earlier
-// streams). A write of the whole buffer by one stream returns to the fast path.
+// it, and any access on that stream needs no wait and changes nothing: one pointer comparison (and one
+// relaxed load: no capture under way). Only when a second stream touches the buffer is the range table
+// built (and events recorded, lazily, on the earlier streams). A write of the whole buffer by one stream
+// returns to the fast path.
 class HazardState {
   public:
     HazardState() noexcept;
@@ -57,9 +73,10 @@ class HazardState {
     ~HazardState();  // returns recorded events to their pools
 
     // Orders an access on `stream` to bytes [offset, offset + bytes) after every conflicting earlier
-    // access on other streams. Throws (changing nothing) when a wait cannot be enqueued.
+    // access on other streams. Throws (changing nothing) when a wait cannot be enqueued. During a capture
+    // on this thread, an access by a captured stream goes to the capture instead (Note [Capture overlay]).
     void before_access(StreamState& stream, std::size_t offset, std::size_t bytes, Access access) {
-        if (exclusive_ == &stream) return;  // Note [Single-stream fast path]
+        if (exclusive_ == &stream && captures_underway.load(std::memory_order_relaxed) == 0) return;
         before_access_slow(stream, offset, bytes, access);
     }
     // Called once the access's work is enqueued on `stream`: in the slow path, records an event right after
@@ -68,19 +85,40 @@ class HazardState {
     // Note: the caller still holds the context scope that the work was enqueued under (Note [Context
     // scope]), so the record binds nothing.
     void after_access(StreamState& stream) noexcept {
-        if (exclusive_ == &stream || !tracker_) return;
+        if ((exclusive_ == &stream || !tracker_) && captures_underway.load(std::memory_order_relaxed) == 0)
+            return;
         after_access_slow(stream);
     }
     // Notes that `stream` uses the whole buffer outside the library's knowledge (raw pointers): no waits
     // are inserted, but later writers on other streams and the free wait for that stream's work.
     void record_use(StreamState& stream);
 
+    // The same three, never diverted into a capture: the bookkeeping itself, which a capture's overlay
+    // also uses (Note [Capture overlay]).
+    void order_access(StreamState& stream, std::size_t offset, std::size_t bytes, Access access);
+    void order_after_access(StreamState& stream) noexcept;
+    void order_use(StreamState& stream);
+    // Whether an access by a stream that never used the buffer would have to wait for anything.
+    [[nodiscard]] bool would_wait(std::size_t offset, std::size_t bytes, Access access) const noexcept;
+
     // Every stream that used the buffer (one entry each, events possibly null), leaving this state
     // untouched and empty.
     [[nodiscard]] std::vector<StreamUse> take_uses();
     // Forgets everything (events back to their pools).
     void clear() noexcept;
+    // Records the events it holds again on `stream` (a capture's overlay, once the capture has ended: Note
+    // [Capture overlay]).
+    void rerecord_events(NativeStream stream) noexcept;
 
+    // The buffer's address, for the link (set by Buffer once its memory is known).
+    void set_address(DevicePtr address) noexcept { address_ = address; }
+    // The link graphs keep to this buffer, made on first use (Note [Capture overlay]).
+    [[nodiscard]] const std::shared_ptr<BufferLink>& link();
+    [[nodiscard]] BufferLink* link_if_any() const noexcept { return link_.get(); }
+    // The buffer is going away: links now say so.
+    void detach_link() noexcept;
+
+    [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
     // The stream that alone owns the whole buffer (Note [Single-stream fast path]), or null.
     [[nodiscard]] StreamState* exclusive() const noexcept { return exclusive_; }
     // For tests and diagnostics: the range table behind the slow path (null until a second stream came).
@@ -94,6 +132,8 @@ class HazardState {
     StreamState* exclusive_ = nullptr;
     std::size_t bytes_ = 0;
     std::unique_ptr<HazardTracker> tracker_;
+    DevicePtr address_ = 0;
+    std::shared_ptr<BufferLink> link_;
 };
 
 // Device memory that cudarc tracks: either owned (allocated from the device's memory source or its managed

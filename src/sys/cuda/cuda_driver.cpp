@@ -154,6 +154,8 @@ bool load_cuda_driver(DriverApi& api, std::string& why) {
     resolve(api.graph_launch, "cuGraphLaunch", false);
     resolve(api.graph_destroy, "cuGraphDestroy", false);
     resolve(api.graph_exec_destroy, "cuGraphExecDestroy", false);
+    resolve(api.graph_exec_update, "cuGraphExecUpdate", false);  // the CUDA 12 form, through API 12000
+    resolve(api.graph_upload, "cuGraphUpload", false);
     if (!resolve.missing().empty()) {
         why = library.path() + " lacks required entry points: " + join_lines(resolve.missing(), ", ");
         return false;

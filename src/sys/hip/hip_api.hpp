@@ -125,6 +125,10 @@ struct HipEntryPoints {
     HipError (*graph_launch)(HipGraphExec exec, HipStream stream) = nullptr;
     HipError (*graph_destroy)(HipGraph graph) = nullptr;
     HipError (*graph_exec_destroy)(HipGraphExec exec) = nullptr;
+    // hipGraphExecUpdate keeps the CUDA 11 form: the error node and the result through two pointers.
+    HipError (*graph_exec_update)(HipGraphExec exec, HipGraph graph, void** error_node,
+                                  int* result) = nullptr;
+    HipError (*graph_upload)(HipGraphExec exec, HipStream stream) = nullptr;
 };
 
 }  // namespace cudarc::sys::hip

@@ -404,6 +404,16 @@ Result graph_destroy(Graph graph) {
 Result graph_exec_destroy(GraphExec exec) {
     return hip_entry().graph_exec_destroy(native(exec));
 }
+Result graph_exec_update(GraphExec exec, Graph graph, GraphExecUpdateResultInfo* info) {
+    GraphExecUpdateResultInfo out{};
+    const Result result =
+        hip_entry().graph_exec_update(native(exec), native(graph), &out.error_node, &out.result);
+    if (info != nullptr) *info = out;
+    return result;
+}
+Result graph_upload(GraphExec exec, Stream stream) {
+    return hip_entry().graph_upload(native(exec), native(stream));
+}
 
 // ---- Loading ----
 
@@ -499,6 +509,8 @@ HipEntryPoints resolve_entry_points(const DynamicLibrary& library, std::vector<s
     resolve(hip.graph_launch, "hipGraphLaunch", false);
     resolve(hip.graph_destroy, "hipGraphDestroy", false);
     resolve(hip.graph_exec_destroy, "hipGraphExecDestroy", false);
+    resolve(hip.graph_exec_update, "hipGraphExecUpdate", false);
+    resolve(hip.graph_upload, "hipGraphUpload", false);
     missing = resolve.missing();
     return hip;
 }
@@ -585,6 +597,8 @@ void fill_table(const HipEntryPoints& hip, DriverApi& api) {
     install(api.graph_launch, graph_launch, hip.graph_launch);
     install(api.graph_destroy, graph_destroy, hip.graph_destroy);
     install(api.graph_exec_destroy, graph_exec_destroy, hip.graph_exec_destroy);
+    install(api.graph_exec_update, graph_exec_update, hip.graph_exec_update);
+    install(api.graph_upload, graph_upload, hip.graph_upload);
 }
 
 bool is_gcn_arch_char(char c) {

@@ -177,15 +177,19 @@ ElementResult update_element(UpdateRule rule, const abi::KernelParams& k, double
     double g = grad * static_cast<double>(k.inv_grad_scale);
     const double wd = k.weight_decay;
     if (!decoupled(rule) && rule != UpdateRule::lamb && wd != 0.0) g += wd * param;
+    // The EMAs' weights are the kernels' (Note [Complements]): the complements rounded once from the
+    // caller's double betas, not 1 minus the float betas.
     const double beta1 = k.beta1;
     const double beta2 = k.beta2;
+    const double beta1_complement = k.beta1_complement;
+    const double beta2_complement = k.beta2_complement;
     const double eps = k.eps;
     const double lr = k.lr;
     switch (rule) {
         case UpdateRule::adam:
         case UpdateRule::adamw: {
-            r.state1 = beta1 * state1 + (1.0 - beta1) * g;
-            r.state2 = beta2 * state2 + (1.0 - beta2) * g * g;
+            r.state1 = beta1 * state1 + beta1_complement * g;
+            r.state2 = beta2 * state2 + beta2_complement * g * g;
             const double denom = std::sqrt(r.state2) / static_cast<double>(k.bias_correction2_sqrt) + eps;
             r.update = static_cast<double>(k.step_size) * r.state1 / denom;
             break;
@@ -194,21 +198,23 @@ ElementResult update_element(UpdateRule rule, const abi::KernelParams& k, double
             double direction = g;
             const double momentum = k.momentum;
             if (momentum != 0.0) {
-                r.state1 = k.step <= 1 ? g : momentum * state1 + (1.0 - static_cast<double>(k.dampening)) * g;
+                r.state1 = k.step <= 1 ? g
+                                       : momentum * state1 +
+                                             static_cast<double>(cudarc_optim::dampening_complement(k)) * g;
                 direction = k.nesterov != 0 ? g + momentum * r.state1 : r.state1;
             }
             r.update = lr * direction;
             break;
         }
         case UpdateRule::lion: {
-            const double c = beta1 * state1 + (1.0 - beta1) * g;
+            const double c = beta1 * state1 + beta1_complement * g;
             r.update = c > 0.0 ? lr : (c < 0.0 ? -lr : 0.0);
-            r.state1 = beta2 * state1 + (1.0 - beta2) * g;
+            r.state1 = beta2 * state1 + beta2_complement * g;
             break;
         }
         case UpdateRule::rmsprop: {
             const double alpha = k.alpha;
-            r.state1 = alpha * state1 + (1.0 - alpha) * g * g;
+            r.state1 = alpha * state1 + static_cast<double>(cudarc_optim::smoothing_complement(k)) * g * g;
             r.update = lr * g / (std::sqrt(r.state1) + eps);
             break;
         }
@@ -221,9 +227,10 @@ ElementResult update_element(UpdateRule rule, const abi::KernelParams& k, double
             // lr (m1 / (1 - b1^t) + alpha m2) / (sqrt(nu) / sqrt(1 - b2^t) + eps), with this step's alpha and
             // beta3 (k.alpha, slow_decay(k)) and step_size = lr / (1 - b1^t).
             const double beta3 = cudarc_optim::slow_decay(k);
-            r.state1 = beta1 * state1 + (1.0 - beta1) * g;
-            r.state3 = beta3 * state3 + (1.0 - beta3) * g;
-            r.state2 = beta2 * state2 + (1.0 - beta2) * g * g;
+            const double beta3_complement = cudarc_optim::slow_decay_complement(k);
+            r.state1 = beta1 * state1 + beta1_complement * g;
+            r.state3 = beta3 * state3 + beta3_complement * g;
+            r.state2 = beta2 * state2 + beta2_complement * g * g;
             const double denom = std::sqrt(r.state2) / static_cast<double>(k.bias_correction2_sqrt) + eps;
             r.update =
                 (static_cast<double>(k.step_size) * r.state1 + lr * static_cast<double>(k.alpha) * r.state3) /
@@ -233,8 +240,8 @@ ElementResult update_element(UpdateRule rule, const abi::KernelParams& k, double
         case UpdateRule::lamb: {
             // The direction: m / (1 - b1^t) / (sqrt(v) / sqrt(1 - b2^t) + eps) + wd p (step_size = 1 / (1 -
             // b1^t)).
-            r.state1 = beta1 * state1 + (1.0 - beta1) * g;
-            r.state2 = beta2 * state2 + (1.0 - beta2) * g * g;
+            r.state1 = beta1 * state1 + beta1_complement * g;
+            r.state2 = beta2 * state2 + beta2_complement * g * g;
             const double denom = std::sqrt(r.state2) / static_cast<double>(k.bias_correction2_sqrt) + eps;
             r.update = static_cast<double>(k.step_size) * r.state1 / denom + wd * param;
             break;

@@ -3,8 +3,9 @@
 //
 // The reference takes the kernel's own parameter struct (abi::KernelParams, from make_kernel_params),
 // so both sides start from the same float hyper-parameters and the same host-derived bias
-// corrections; only the arithmetic differs (double here, float on the device). The 8-bit path
-// dequantizes in double, updates in double, and quantizes with the same code maps.
+// corrections and complements (1 - beta, Note [Complements]); only the arithmetic differs (double here, float
+// on the device). The 8-bit path dequantizes in double, updates in double, and quantizes with the same code
+// maps.
 #pragma once
 
 #include <cstddef>
