@@ -42,11 +42,22 @@ using ScaleSignature = void(float*, const float*, float, unsigned long long);
 
 // Driver entry points the library does not use, looked up the way it looks up its own (cuGetProcAddress
 // at the CUDA 12.0 ABI) in the libcuda it already loaded.
+// cuCtxCreate and cuCtxDestroy straight from libcuda, as a framework that owns its context calls them.
+// cuCtxCreate changed its parameters in CUDA 12.5 (v4: a CUctxCreateParams pointer before the flags), and
+// cuGetProcAddress hands out the newest version that the driver's API version has, so ask for that one.
 struct ContextCalls {
-    using Create = int (*)(sys::Context*, unsigned, sys::Device);
+    struct CreateParams {  // CUctxCreateParams: all null/zero makes an ordinary context
+        void* exec_affinity_params = nullptr;
+        int exec_affinity_param_count = 0;
+        void* cig_params = nullptr;
+    };
+    using CreateV2 = int (*)(sys::Context*, unsigned, sys::Device);
+    using CreateV4 = int (*)(sys::Context*, CreateParams*, unsigned, sys::Device);
     using Destroy = int (*)(sys::Context);
     using GetProcAddress = int (*)(const char*, void**, int, std::uint64_t, int*);
-    Create create = nullptr;
+    using DriverGetVersion = int (*)(int*);
+    void* create_entry = nullptr;
+    bool create_v4 = false;
     Destroy destroy = nullptr;
 
     ContextCalls() {
@@ -54,14 +65,24 @@ struct ContextCalls {
         if (library == nullptr) library = dlopen("libcuda.so.1", RTLD_NOW);
         REQUIRE_MESSAGE(library != nullptr, "libcuda.so.1 is not loadable here");
         auto get = reinterpret_cast<GetProcAddress>(dlsym(library, "cuGetProcAddress_v2"));
-        const bool found = get != nullptr;
-        REQUIRE_MESSAGE(found, "libcuda has no cuGetProcAddress_v2");
+        auto driver_version = reinterpret_cast<DriverGetVersion>(dlsym(library, "cuDriverGetVersion"));
+        const bool found = get != nullptr && driver_version != nullptr;
+        REQUIRE_MESSAGE(found, "libcuda has no cuGetProcAddress_v2 or cuDriverGetVersion");
+        int version = 0;
+        REQUIRE(driver_version(&version) == 0);
+        create_v4 = version >= 12050;
         void* pointer = nullptr;
         int status = 0;
-        REQUIRE(get("cuCtxCreate", &pointer, 12000, 0, &status) == 0);
-        create = reinterpret_cast<Create>(pointer);
-        REQUIRE(get("cuCtxDestroy", &pointer, 12000, 0, &status) == 0);
+        REQUIRE(get("cuCtxCreate", &create_entry, version, 0, &status) == 0);
+        REQUIRE(get("cuCtxDestroy", &pointer, version, 0, &status) == 0);
         destroy = reinterpret_cast<Destroy>(pointer);
+    }
+    int create(sys::Context* context, unsigned flags, sys::Device device) const {
+        if (create_v4) {
+            CreateParams params;
+            return reinterpret_cast<CreateV4>(create_entry)(context, &params, flags, device);
+        }
+        return reinterpret_cast<CreateV2>(create_entry)(context, flags, device);
     }
 };
 
