@@ -50,8 +50,9 @@ struct DeviceOptions {
 // work there would serialize against unrelated libraries; a created stream orders only what cudarc puts
 // on it, and hazard tracking adds exactly the waits that cross-stream use needs.
 //
-// Handles are move-only; opening the same ordinal twice gives two handles to one shared device state
-// (same counters, same allocator). Buffers and streams keep the device state alive.
+// A Device is a shared handle, like CCCL's device_ref or Rust cudarc's Arc<CudaContext>: copies, and
+// opening the same ordinal twice, give handles to one device state (same counters, same allocator), and
+// copying costs a reference count. Buffers and streams keep the device state alive.
 class Device {
   public:
     // Number of devices visible to the active backend. Throws cudarc::Error when no driver can be loaded.
@@ -64,8 +65,8 @@ class Device {
     // Opens device `ordinal`. Throws on a bad ordinal (naming the valid range) or a driver failure.
     [[nodiscard]] static Device open(int ordinal = 0, const DeviceOptions& options = {});
 
-    Device(const Device&) = delete;
-    Device& operator=(const Device&) = delete;
+    Device(const Device&) = default;
+    Device& operator=(const Device&) = default;
     Device(Device&&) noexcept = default;
     Device& operator=(Device&&) noexcept = default;
     ~Device();

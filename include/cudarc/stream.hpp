@@ -1,6 +1,8 @@
 // cudarc::Stream — an ordered queue of device work; forks from a parent and joins back into it.
 #pragma once
 
+#include <cstddef>
+
 #include <memory>
 
 #include "cudarc/detail/native_handles.hpp"
@@ -37,6 +39,10 @@ class Stream {
     // Wraps a stream created elsewhere without taking ownership. Throws when it does not belong to
     // `device`'s context. The stream must stay valid until the wrapper is destroyed.
     [[nodiscard]] static Stream wrap(const Device& device, NativeStream foreign);
+    // A null stream is the legacy stream, which implicitly synchronizes with every blocking stream of the
+    // context: wrapping it would defeat exact ordering, so it does not compile (as CCCL deletes
+    // stream_ref(nullptr_t)).
+    static Stream wrap(const Device& device, std::nullptr_t) = delete;
 
     Stream(const Stream&) = delete;
     Stream& operator=(const Stream&) = delete;

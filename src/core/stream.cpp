@@ -272,6 +272,12 @@ void Stream::release() noexcept {
 }
 
 Stream Stream::wrap(const Device& device, NativeStream foreign) {
+    if (foreign == nullptr) {
+        // (The literal nullptr does not compile: stream.hpp.)
+        throw Error(
+            "cudarc: Stream::wrap: the stream is null, which names the legacy stream; wrap a created "
+            "stream, or use device.default_stream() or device.create_stream()");
+    }
     const auto& state = device.state();
     const auto scope = state->bind();
     sys::Context context = nullptr;

@@ -5,6 +5,7 @@
 #include <numeric>
 #include <optional>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "reliability_support.hpp"
@@ -192,4 +193,26 @@ TEST_CASE("reliability.kernel_fault_surfaces_as_a_lost_device") {
         CHECK_THROWS_AS((void)data.to_vector(stream), DeviceLost);
     }
     CHECK(gpu.driver.live().retained_primary_contexts == 0);
+}
+
+TEST_CASE("core.device_copies_share_one_state_and_a_null_stream_is_not_wrapped") {
+    // Device is a shared handle (issue 15): a copy sees the same counters and allocator. Stream::wrap
+    // refuses a null stream (the legacy stream) with an error that says what to do, before any driver call.
+    static_assert(std::is_copy_constructible_v<Device> && std::is_copy_assignable_v<Device>);
+    FakeGpu gpu;
+    {
+        auto device = Device::open(0);
+        Device copy_of = device;
+        CHECK(copy_of.state() == device.state());
+        auto slice = DeviceSlice<int>::zeros(copy_of.default_stream(), 64);
+        CHECK(device.allocator_stats().allocated_bytes == copy_of.allocator_stats().allocated_bytes);
+        CHECK(device.allocator_stats().allocated_bytes >= 64 * sizeof(int));
+        const NativeStream null_stream = nullptr;
+        const std::string message = error_from([&] { (void)Stream::wrap(device, null_stream); });
+        CHECK(contains(message, "null"));
+        CHECK(contains(message, "legacy stream"));
+        device.rethrow_deferred_error();
+    }
+    CHECK(gpu.driver.violations().empty());
+    CHECK(gpu.driver.live() == fake::LiveCounts{});
 }

@@ -1,0 +1,7 @@
+// expect-error: use of deleted function
+#include "prelude.hpp"
+
+// The literal nullptr names the legacy stream: Stream::wrap(device, nullptr) is deleted (stream.hpp).
+cudarc::Stream wrong(const cudarc::Device& device) {
+    return cudarc::Stream::wrap(device, nullptr);
+}
