@@ -35,9 +35,10 @@ void copy(Stream& stream, DeviceView<T> dst, std::span<const std::type_identity_
     detail::copy_host_to_device(stream, dst.buffer(), dst.device_ptr(), src.data(), bytes);
 }
 
-// Device to host. Returns once the data is in `dst`: into pageable memory the copy itself blocks, so no
-// synchronize is added; into page-locked memory the stream is synchronized (counted). Throws inside a graph
-// capture (use PinnedBuffer::copy_from_device_async there).
+// Device to host. Returns once the data is in `dst` (Note [Pageable copies already block],
+// src/core/host_copy.hpp): into pageable memory the copy itself blocks, so no synchronize is added; into
+// page-locked memory the stream is synchronized (counted). Throws inside a graph capture (use
+// PinnedBuffer::copy_from_device_async there).
 template <typename T>
 void copy(Stream& stream, std::span<std::remove_const_t<T>> dst, DeviceView<T> src) {
     if (dst.size() != src.size())

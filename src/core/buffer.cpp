@@ -9,6 +9,7 @@
 #include "core/capture.hpp"
 #include "core/device_state.hpp"
 #include "core/hazard_tracker.hpp"
+#include "core/host_copy.hpp"
 #include "core/peer_access.hpp"
 #include "cudarc/stream.hpp"
 
@@ -488,6 +489,18 @@ bool pageable(const sys::DriverApi& api, const void* ptr) noexcept {
 }
 }  // namespace
 
+void complete_copy_to_host(DeviceState& device, sys::Stream stream, const void* dst,
+                           bool always_synchronize) {
+    // Note [Pageable copies already block]
+    const sys::DriverApi& api = device.api();
+    if (always_synchronize || !pageable(api, dst)) {
+        device.check(api.stream_synchronize(stream), "cuStreamSynchronize");
+        AtomicCounters::bump(device.counters().stream_synchronizes);
+    } else {
+        AtomicCounters::bump(device.counters().blocking_copies);
+    }
+}
+
 void copy_host_to_device(Stream& stream, Buffer& dst, DevicePtr dst_ptr, const void* src, std::size_t bytes) {
     if (bytes == 0) return;
     // Note [Capture overlay]: a captured copy from pageable memory would read it at every replay, long after
@@ -524,15 +537,8 @@ void copy_device_to_host(Stream& stream, void* dst, Buffer& src, DevicePtr src_p
     const sys::DriverApi& api = device.api();
     device.check(api.memcpy_dtoh_async(dst, src_ptr, bytes, stream.native()), "cuMemcpyDtoHAsync");
     finish_access(stream, src);
-    // Note: into pageable memory the "async" copy returns only once the data is there, so a synchronize
-    // would be redundant. Only page-locked memory needs one, and a managed source, for which no driver
-    // documentation spells out when the copy returns.
-    if (src.managed() || !pageable(api, dst)) {
-        device.check(api.stream_synchronize(stream.native()), "cuStreamSynchronize");
-        AtomicCounters::bump(device.counters().stream_synchronizes);
-    } else {
-        AtomicCounters::bump(device.counters().blocking_copies);
-    }
+    // Note [Pageable copies already block]
+    complete_copy_to_host(device, stream.native(), dst, src.managed());
 }
 
 void copy_device_to_device(Stream& stream, Buffer& dst, DevicePtr dst_ptr, Buffer& src, DevicePtr src_ptr,

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "core/device_state.hpp"
+#include "core/host_copy.hpp"
 #include "cudarc/device.hpp"
 #include "cudarc/kernel_cache.hpp"
 #include "cudarc/nvrtc.hpp"
@@ -301,23 +302,8 @@ void Module::copy_from_global_bytes(Stream& stream, std::string_view name, void*
     const auto scope = device.bind();
     const sys::DriverApi& api = device.api();
     device.check(api.memcpy_dtoh_async(dst, global.address, bytes, stream.native()), "cuMemcpyDtoHAsync");
-    // Note: into pageable memory the copy has returned with the data (no synchronize needed); only
-    // page-locked memory needs one. Same rule as DeviceSlice::copy_to_host.
-    unsigned memory_type = 0;
-    int attribute = sys::kPointerAttributeMemoryType;
-    void* data[] = {&memory_type};
-    const bool page_locked =
-        api.pointer_get_attributes == nullptr ||
-        api.pointer_get_attributes(1, &attribute, data,
-                                   static_cast<DevicePtr>(reinterpret_cast<std::uintptr_t>(dst))) !=
-            sys::kSuccess ||
-        memory_type != 0;
-    if (page_locked) {
-        device.check(api.stream_synchronize(stream.native()), "cuStreamSynchronize");
-        detail::AtomicCounters::bump(device.counters().stream_synchronizes);
-    } else {
-        detail::AtomicCounters::bump(device.counters().blocking_copies);
-    }
+    // Note [Pageable copies already block]
+    detail::complete_copy_to_host(device, stream.native(), dst, false);
 }
 
 void Module::check_signature(const Function& function, std::span<const std::size_t> sizes) const {
