@@ -24,10 +24,15 @@ class Error : public std::runtime_error {
     Error(const std::string& message, int device, Backend backend)
         : std::runtime_error(message), device_(device), backend_(backend) {}
 
-    // A failing driver call: `api` is the entry point's name, `result` its raw code.
+    // A failing driver call: `api` is the entry point's CUDA name (maybe followed by context, as in
+    // "cuModuleLoadData (...)"), `result` its raw code. With Backend::hip the CUDA name is replaced by
+    // the HIP function that was called for it ("cuMemAlloc" -> "hipMalloc"); names HIP has no
+    // counterpart for, and names that are not CUDA entry points, are kept.
     Error(std::string api, int result, std::string result_name, std::string result_text, int device,
           Backend backend);
 
+    // The driver call that failed, as in what(): on HIP the HIP function's name, like result() and
+    // result_name(), which are HIP's too. Empty when not a driver call.
     [[nodiscard]] const std::string& api() const noexcept { return api_; }
     // The raw result code (CUresult or hipError_t); 0 when not a driver call.
     [[nodiscard]] int result() const noexcept { return result_; }

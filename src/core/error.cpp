@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "cudarc/detail/checked_size.hpp"
+#include "sys/backend_function_name.hpp"
 
 namespace cudarc {
 
@@ -31,8 +32,11 @@ std::string describe_call(const std::string& api, int result, const std::string&
 
 Error::Error(std::string api, int result, std::string result_name, std::string result_text, int device,
              Backend backend)
-    : std::runtime_error(describe_call(api, result, result_name, result_text, device, backend)),
-      api_(std::move(api)),
+    // On HIP, the HIP function that was called, not the CUDA entry point call sites name
+    // (Note [HIP function names]); the message and api() agree.
+    : std::runtime_error(describe_call(sys::backend_function_name(backend, api), result, result_name,
+                                       result_text, device, backend)),
+      api_(sys::backend_function_name(backend, api)),
       result_(result),
       result_name_(std::move(result_name)),
       device_(device),

@@ -181,6 +181,9 @@ TEST_CASE("hip.result_codes_mirror_the_cuda_codes_core_code_checks") {
     CHECK(what.find("hipErrorNotReady") != std::string::npos);
     CHECK(what.find("HIP device 0") != std::string::npos);
     CHECK(error.backend() == cudarc::Backend::hip);
+    // ... and the HIP function the adapter called, not the CUDA entry point (Note [HIP function names]).
+    CHECK(what.starts_with("hipStreamQuery failed"));
+    CHECK(error.api() == "hipStreamQuery");
 }
 
 TEST_CASE("hip.adapters_fail_cleanly_without_a_gpu") {

@@ -76,6 +76,8 @@ DevicePtr as_device_ptr(const void* ptr) noexcept {
 }
 
 // ---- Adapters, in DriverApi's order ----
+// Errors name the HIP function each adapter calls: keep hip_function_names.cpp in step (Note [HIP
+// function names]).
 
 Result get_error_name(Result result, const char** name) {
     const char* text = hip_entry().get_error_name(result);
