@@ -37,7 +37,8 @@ struct StreamOptions {
 class Stream {
   public:
     // Wraps a stream created elsewhere without taking ownership. Throws when it does not belong to
-    // `device`'s context. The stream must stay valid until the wrapper is destroyed.
+    // `device`'s context (on CUDA; HIP cannot tell a stream's device). The stream must stay valid until
+    // the wrapper is destroyed.
     [[nodiscard]] static Stream wrap(const Device& device, NativeStream foreign);
     // A null stream is the legacy stream, which implicitly synchronizes with every blocking stream of the
     // context: wrapping it would defeat exact ordering, so it does not compile (as CCCL deletes

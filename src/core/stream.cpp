@@ -281,8 +281,10 @@ Stream Stream::wrap(const Device& device, NativeStream foreign) {
     const auto& state = device.state();
     const auto scope = state->bind();
     sys::Context context = nullptr;
-    state->check(state->api().stream_get_ctx(foreign, &context), "cuStreamGetCtx");
-    if (context != state->context()) {
+    // HIP has no cuStreamGetCtx (its slot is null): there the stream's device cannot be checked here.
+    const bool checkable = state->api().stream_get_ctx != nullptr;
+    if (checkable) state->check(state->api().stream_get_ctx(foreign, &context), "cuStreamGetCtx");
+    if (checkable && context != state->context()) {
         throw Error(
             fmt::format("cudarc: Stream::wrap: the stream belongs to another context than device {}'s "
                         "primary context (a stream of another device?)",
