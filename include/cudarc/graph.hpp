@@ -76,6 +76,18 @@ enum class Instantiate { yes, no };
 void begin_capture(Stream& stream);
 Graph end_capture(Stream& stream, Instantiate instantiate);
 void abandon_capture(Stream& stream) noexcept;
+
+// Begins a capture on `stream` and runs `body` in it; a body that throws abandons the capture.
+template <typename Body>
+void capture_body(Stream& stream, Body&& body) {
+    begin_capture(stream);
+    try {
+        std::forward<Body>(body)(stream);
+    } catch (...) {
+        abandon_capture(stream);
+        throw;
+    }
+}
 }  // namespace detail
 
 // Captures what `body(stream)` enqueues (thread-local capture mode) and instantiates it. Nothing runs
@@ -86,25 +98,13 @@ void abandon_capture(Stream& stream) noexcept;
 // throw inside the body without doing anything. docs/graphs.md has the rules.
 template <typename Body>
 [[nodiscard]] Graph capture(Stream& stream, Body&& body) {
-    detail::begin_capture(stream);
-    try {
-        std::forward<Body>(body)(stream);
-    } catch (...) {
-        detail::abandon_capture(stream);
-        throw;
-    }
+    detail::capture_body(stream, std::forward<Body>(body));
     return detail::end_capture(stream, detail::Instantiate::yes);
 }
 
 template <typename Body>
 GraphUpdate Graph::update(Stream& stream, Body&& body) {
-    detail::begin_capture(stream);
-    try {
-        std::forward<Body>(body)(stream);
-    } catch (...) {
-        detail::abandon_capture(stream);
-        throw;
-    }
+    detail::capture_body(stream, std::forward<Body>(body));
     return update(detail::end_capture(stream, detail::Instantiate::no));
 }
 
