@@ -16,6 +16,8 @@
 //   bench_saxpy(float* y, const float* x, float a, unsigned long long n)     y[i] = a * x[i] + y[i]
 //   bench_sum(float* out, const float* in, unsigned long long n)             *out += sum(in[0..n))
 //   bench_spin(long long cycles, long long* elapsed)                         busy-waits `cycles` clocks
+//   bench_gate(const volatile unsigned* open, long long max_cycles, unsigned* timed_out)
+//                                                                            busy-waits until *open != 0
 //
 // bench_sum: each thread sums its grid-stride share in float, the block adds those up in shared
 // memory (any blockDim.x up to 1024), and one atomicAdd per block adds the block's total to *out.
@@ -149,4 +151,19 @@ extern "C" __global__ void bench_spin(long long cycles, long long* elapsed) {
     long long now = start;
     while (now - start < cycles) now = clock64();
     if (elapsed != nullptr) *elapsed = now - start;
+}
+
+// Holds its stream until the host writes a non-zero value to *open (page-locked host memory, which the
+// device reads at the host's address through unified addressing) or max_cycles pass; then *timed_out = 1.
+// Benchmarks launch it ahead of a timed region so that the host's time to enqueue the region stays out of
+// the device interval.
+extern "C" __global__ void bench_gate(const volatile unsigned* open, long long max_cycles, unsigned* timed_out) {
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    const long long start = clock64();
+    while (*open == 0) {
+        if (clock64() - start > max_cycles) {
+            *timed_out = 1;
+            return;
+        }
+    }
 }

@@ -123,8 +123,8 @@ TEST_CASE("rtc.bench_kernels_have_documented_names") {
     const CompiledProgram compiled = compile_embedded("bench.cu", options_for("compute_90"));
     // name -> parameter count, as documented at the top of kernels/bench.cu.
     const std::vector<std::pair<std::string, int>> kernels = {
-        {"bench_empty", 0}, {"bench_empty_args", 4}, {"bench_fill", 3}, {"bench_copy", 3},
-        {"bench_triad", 5}, {"bench_saxpy", 4},      {"bench_sum", 3},  {"bench_spin", 2}};
+        {"bench_empty", 0}, {"bench_empty_args", 4}, {"bench_fill", 3}, {"bench_copy", 3}, {"bench_triad", 5},
+        {"bench_saxpy", 4}, {"bench_sum", 3},        {"bench_spin", 2}, {"bench_gate", 3}};
     for (const auto& [name, parameters] : kernels) {
         INFO(name);
         const auto entry = compiled.ptx.find(".entry " + name + "(");
