@@ -214,9 +214,13 @@ void HazardState::order_access(StreamState& stream, std::size_t offset, std::siz
     if (bytes == 0) return;             // touches nothing
     HazardTracker& t = ensure_tracker();
     const unsigned slot = t.slot_for(stream);
-    const RangeTable::Mask waits = t.table().conflicts(offset, offset + bytes, slot, access);
-    if (waits != 0) t.wait_for(stream, waits);
-    t.table().apply(offset, offset + bytes, slot, access);
+    // A repeated read (the slot already synced over these bytes) would wait for nothing and change no range:
+    // only the use counts. This is every step's read of gradients that another stream also read.
+    if (access == Access::write || !t.table().synced_over(offset, offset + bytes, slot)) {
+        const RangeTable::Mask waits = t.table().conflicts(offset, offset + bytes, slot, access);
+        if (waits != 0) t.wait_for(stream, waits);
+        t.table().apply(offset, offset + bytes, slot, access);
+    }
     t.note_use(slot);
     exclusive_ = nullptr;
     if (const int writer = t.table().sole_writer(); writer >= 0) {

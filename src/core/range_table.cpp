@@ -45,6 +45,14 @@ RangeTable::Mask RangeTable::conflicts_of(std::size_t begin, std::size_t end, Ma
     return waits & ~self;
 }
 
+bool RangeTable::synced_over(std::size_t begin, std::size_t end, unsigned slot) const noexcept {
+    const Mask self = bit(slot);
+    for (std::size_t i = index_of(begin); i < ranges_.size() && ranges_[i].begin < end; ++i) {
+        if ((ranges_[i].synced & self) == 0) return false;
+    }
+    return true;
+}
+
 std::size_t RangeTable::split_at(std::size_t pos) {
     if (pos >= bytes_) return ranges_.size();
     const std::size_t i = index_of(pos);

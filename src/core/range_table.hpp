@@ -66,6 +66,9 @@ class RangeTable {
     [[nodiscard]] Mask conflicts(std::size_t begin, std::size_t end, unsigned slot, Access access) const;
     // The slots that an access to [begin, end) by a stream with no slot here would wait for.
     [[nodiscard]] Mask conflicts_without_slot(std::size_t begin, std::size_t end, Access access) const;
+    // Whether `slot` is synced over every byte of [begin, end): then a read by it there waits for nothing and
+    // changes no range (synced ⊆ writers ∪ readers), so the tracker can skip conflicts() and apply().
+    [[nodiscard]] bool synced_over(std::size_t begin, std::size_t end, unsigned slot) const noexcept;
     // Records that access, once its waits are in place.
     void apply(std::size_t begin, std::size_t end, unsigned slot, Access access);
     // Records a use of the whole buffer by `slot` outside the library's knowledge (record_stream): later

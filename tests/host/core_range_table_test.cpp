@@ -51,6 +51,12 @@ struct ByteModel {
             }
         }
     }
+    [[nodiscard]] bool synced_over(std::size_t begin, std::size_t end, unsigned slot) const {
+        for (std::size_t i = begin; i < end; ++i) {
+            if ((bytes[i].synced & bit(slot)) == 0) return false;
+        }
+        return true;
+    }
     [[nodiscard]] Mask used() const {
         Mask m = 0;
         for (const Byte& b : bytes) m |= b.writers | b.readers;
@@ -250,6 +256,7 @@ TEST_CASE("core.range_table_random_accesses_match_the_byte_model") {
     // Random reads and writes by 6 streams on a small buffer: exact while under the limit, and never a
     // missing wait (nor a missing user at the free) once merges begin.
     std::mt19937_64 rng{std::random_device{}()};
+    std::size_t repeated_reads = 0;  // reads where synced_over held
     for (int trial = 0; trial < 20; ++trial) {
         const std::size_t bytes = 2000;
         RangeTable table(bytes, 0);
@@ -265,11 +272,29 @@ TEST_CASE("core.range_table_random_accesses_match_the_byte_model") {
             const Mask got = table.conflicts(begin, end, slot, access);
             REQUIRE((got & want) == want);
             if (exact_so_far) REQUIRE(got == want);
+            // synced_over (the tracker's shortcut for a repeated read) only where the exact model agrees,
+            // and there a read waits for nothing and changes no range.
+            const bool synced = table.synced_over(begin, end, slot);
+            if (synced) REQUIRE(model.synced_over(begin, end, slot));
+            if (exact_so_far) REQUIRE(synced == model.synced_over(begin, end, slot));
+            const std::vector<RangeTable::Range> before(table.ranges().begin(), table.ranges().end());
             table.apply(begin, end, slot, access);
+            if (synced && access == Access::read) {
+                ++repeated_reads;
+                REQUIRE(got == 0);
+                const auto after = table.ranges();
+                REQUIRE(after.size() == before.size());
+                for (std::size_t i = 0; i < before.size(); ++i) {
+                    REQUIRE(after[i].begin == before[i].begin);
+                    REQUIRE(after[i].end == before[i].end);
+                    REQUIRE(after[i].same_state(before[i]));
+                }
+            }
             model.apply(begin, end, slot, access);
             exact_so_far = exact_so_far && table.ranges().size() < RangeTable::kMaxRanges;
             REQUIRE((table.used() & model.used()) == model.used());
         }
         check_shape(table);
     }
+    CHECK(repeated_reads > 0);
 }
