@@ -314,20 +314,26 @@ class Communicator {
     void run_send(Stream& stream, const detail::CollectiveBuffer& data, int peer);
     void run_recv(Stream& stream, const detail::CollectiveBuffer& data, int peer);
 
-    // Checks common to every operation (before anything changes); binds the device.
-    void prepare(Stream& stream, const char* what);
+    // Checks common to every operation, its operands' devices included (before anything changes). A null
+    // operand is absent (send and recv have one buffer each).
+    void prepare(Stream& stream, const char* what, const detail::CollectiveBuffer* send,
+                 const detail::CollectiveBuffer* recv);
     void check_buffer(const detail::CollectiveBuffer& buffer, const char* what, const char* role) const;
     // Orders the operation after earlier conflicting work (hazard tracking: each operand covers exactly its
     // view's bytes, send read, recv written), at once or, inside a group, when the group ends (Note [Hazard
     // tracking inside a group]).
     [[nodiscard]] bool enqueued_at_group_end(bool point_to_point) const noexcept;
-    static void track(bool at_group_end, Stream& stream, const detail::CollectiveBuffer& send,
-                      const detail::CollectiveBuffer& recv);
+    static void track(bool at_group_end, Stream& stream, const detail::CollectiveBuffer* send,
+                      const detail::CollectiveBuffer* recv);
     static void track_one(bool at_group_end, Stream& stream, const detail::CollectiveBuffer& buffer,
                           cudarc::detail::Access access);
     // Once the operation is enqueued (unless at the group's end): records the events later waiters reuse.
-    static void finish(bool at_group_end, Stream& stream, const detail::CollectiveBuffer& send,
-                       const detail::CollectiveBuffer& recv) noexcept;
+    static void finish(bool at_group_end, Stream& stream, const detail::CollectiveBuffer* send,
+                       const detail::CollectiveBuffer* recv) noexcept;
+    // What every operation does once its arguments are checked (defined in communicator.cpp).
+    template <typename Call>
+    void enqueue(Stream& stream, const char* call_name, const detail::CollectiveBuffer* send,
+                 const detail::CollectiveBuffer* recv, Call&& call);
     // Throws the NCCL error (marking the communicator failed unless it blamed the arguments).
     void check_result(int result, const char* call);
     void release() noexcept;

@@ -288,7 +288,8 @@ void Communicator::check_async_error() {
         async, comm_, device_ordinal());
 }
 
-void Communicator::prepare(Stream& stream, const char* what) {
+void Communicator::prepare(Stream& stream, const char* what, const detail::CollectiveBuffer* send,
+                           const detail::CollectiveBuffer* recv) {
     refuse_in_capture(what);
     if (comm_ == nullptr)
         throw Error(fmt::format("{}: the communicator is empty (moved from or aborted)", what));
@@ -305,6 +306,8 @@ void Communicator::prepare(Stream& stream, const char* what) {
     if (device_->lost()) device_->throw_lost();  // Note [Lost devices]: before anything is enqueued
     check_async_error();
     if (Group* group = Group::innermost()) group->note(device_);
+    if (send != nullptr) check_buffer(*send, what, "send buffer");
+    if (recv != nullptr) check_buffer(*recv, what, "receive buffer");
 }
 
 void Communicator::check_buffer(const detail::CollectiveBuffer& buffer, const char* what,
@@ -328,15 +331,15 @@ bool Communicator::enqueued_at_group_end(bool point_to_point) const noexcept {
     return Group::innermost() != nullptr && (point_to_point || world_size_ > 1);
 }
 
-void Communicator::track(bool at_group_end, Stream& stream, const detail::CollectiveBuffer& send,
-                         const detail::CollectiveBuffer& recv) {
+void Communicator::track(bool at_group_end, Stream& stream, const detail::CollectiveBuffer* send,
+                         const detail::CollectiveBuffer* recv) {
     // Note: each operand covers its own bytes, as a launch's arguments do. An operation in place (or an
     // all_gather whose send is a part of recv) reads bytes it also writes: the write alone orders them (a
     // separate read would only wait for the same writer twice).
-    const bool read_is_written =
-        send.buffer == recv.buffer && send.ptr >= recv.ptr && send.ptr + send.bytes <= recv.ptr + recv.bytes;
-    if (!read_is_written) track_one(at_group_end, stream, send, Access::read);
-    track_one(at_group_end, stream, recv, Access::write);
+    const bool read_is_written = send != nullptr && recv != nullptr && send->buffer == recv->buffer &&
+                                 send->ptr >= recv->ptr && send->ptr + send->bytes <= recv->ptr + recv->bytes;
+    if (send != nullptr && !read_is_written) track_one(at_group_end, stream, *send, Access::read);
+    if (recv != nullptr) track_one(at_group_end, stream, *recv, Access::write);
 }
 
 void Communicator::track_one(bool at_group_end, Stream& stream, const detail::CollectiveBuffer& buffer,
@@ -350,13 +353,27 @@ void Communicator::track_one(bool at_group_end, Stream& stream, const detail::Co
     cudarc::detail::prepare_access(stream, *buffer.buffer, buffer.ptr, buffer.bytes, access);
 }
 
-void Communicator::finish(bool at_group_end, Stream& stream, const detail::CollectiveBuffer& send,
-                          const detail::CollectiveBuffer& recv) noexcept {
+void Communicator::finish(bool at_group_end, Stream& stream, const detail::CollectiveBuffer* send,
+                          const detail::CollectiveBuffer* recv) noexcept {
     if (at_group_end) return;  // the group finishes its accesses when it ends
     // Note [NCCL and the current context]: the events are recorded in a scope of their own.
     const auto scope = stream.state().device().bind_or_defer();
-    cudarc::detail::finish_access(stream, *send.buffer);
-    if (recv.buffer != send.buffer) cudarc::detail::finish_access(stream, *recv.buffer);
+    if (send != nullptr) cudarc::detail::finish_access(stream, *send->buffer);
+    if (recv != nullptr && (send == nullptr || recv->buffer != send->buffer))
+        cudarc::detail::finish_access(stream, *recv->buffer);
+}
+
+// Every operation, once prepare() and its own checks passed: hazard tracking, the NCCL call under the
+// communicator's device, the accesses finished, the result checked. A null operand is absent (send and recv
+// have one buffer each); with one absent the operation is point to point.
+template <typename Call>
+void Communicator::enqueue(Stream& stream, const char* call_name, const detail::CollectiveBuffer* send,
+                           const detail::CollectiveBuffer* recv, Call&& call) {
+    const bool at_group_end = enqueued_at_group_end(send == nullptr || recv == nullptr);
+    track(at_group_end, stream, send, recv);
+    const sys::NcclResult result = with_device(*device_, std::forward<Call>(call));
+    finish(at_group_end, stream, send, recv);
+    check_result(result, call_name);
 }
 
 // ---- Communicator: operations ----
@@ -364,120 +381,80 @@ void Communicator::finish(bool at_group_end, Stream& stream, const detail::Colle
 void Communicator::run_all_reduce(Stream& stream, const detail::CollectiveBuffer& send,
                                   const detail::CollectiveBuffer& recv, ReduceOp op) {
     constexpr const char* what = "cudarc::nccl::Communicator::all_reduce";
-    prepare(stream, what);
-    check_buffer(send, what, "send buffer");
-    check_buffer(recv, what, "receive buffer");
+    prepare(stream, what, &send, &recv);
     detail::check_same_count(what, send.count, recv.count);
-    const bool at_group_end = enqueued_at_group_end(false);
-    track(at_group_end, stream, send, recv);
-    const sys::NcclResult result = with_device(*device_, [&] {
+    enqueue(stream, "ncclAllReduce", &send, &recv, [&] {
         return api().all_reduce(address(send), address(recv), recv.count, detail::nccl_data_type(recv.type),
                                 detail::nccl_reduce_op(op), comm_, stream.native());
     });
-    finish(at_group_end, stream, send, recv);
-    check_result(result, "ncclAllReduce");
 }
 
 void Communicator::run_broadcast(Stream& stream, const detail::CollectiveBuffer& send,
                                  const detail::CollectiveBuffer& recv, int root) {
     constexpr const char* what = "cudarc::nccl::Communicator::broadcast";
-    prepare(stream, what);
-    check_buffer(send, what, "send buffer");
-    check_buffer(recv, what, "receive buffer");
+    prepare(stream, what, &send, &recv);
     detail::check_same_count(what, send.count, recv.count);
     detail::check_root(what, root, world_size_);
     // Note: only the root reads its send buffer; tracking it on every rank only adds ordering.
-    const bool at_group_end = enqueued_at_group_end(false);
-    track(at_group_end, stream, send, recv);
-    const sys::NcclResult result = with_device(*device_, [&] {
+    enqueue(stream, "ncclBroadcast", &send, &recv, [&] {
         return api().broadcast(address(send), address(recv), recv.count, detail::nccl_data_type(recv.type),
                                root, comm_, stream.native());
     });
-    finish(at_group_end, stream, send, recv);
-    check_result(result, "ncclBroadcast");
 }
 
 void Communicator::run_reduce(Stream& stream, const detail::CollectiveBuffer& send,
                               const detail::CollectiveBuffer& recv, int root, ReduceOp op) {
     constexpr const char* what = "cudarc::nccl::Communicator::reduce";
-    prepare(stream, what);
-    check_buffer(send, what, "send buffer");
-    check_buffer(recv, what, "receive buffer");
+    prepare(stream, what, &send, &recv);
     detail::check_same_count(what, send.count, recv.count);
     detail::check_root(what, root, world_size_);
-    const bool at_group_end = enqueued_at_group_end(false);
-    track(at_group_end, stream, send, recv);
-    const sys::NcclResult result = with_device(*device_, [&] {
+    enqueue(stream, "ncclReduce", &send, &recv, [&] {
         return api().reduce(address(send), address(recv), recv.count, detail::nccl_data_type(recv.type),
                             detail::nccl_reduce_op(op), root, comm_, stream.native());
     });
-    finish(at_group_end, stream, send, recv);
-    check_result(result, "ncclReduce");
 }
 
 void Communicator::run_all_gather(Stream& stream, const detail::CollectiveBuffer& send,
                                   const detail::CollectiveBuffer& recv) {
     constexpr const char* what = "cudarc::nccl::Communicator::all_gather";
-    prepare(stream, what);
-    check_buffer(send, what, "send buffer");
-    check_buffer(recv, what, "receive buffer");
+    prepare(stream, what, &send, &recv);
     detail::check_gather_counts(what, send.count, recv.count, world_size_);
-    const bool at_group_end = enqueued_at_group_end(false);
-    track(at_group_end, stream, send, recv);
-    const sys::NcclResult result = with_device(*device_, [&] {
+    enqueue(stream, "ncclAllGather", &send, &recv, [&] {
         return api().all_gather(address(send), address(recv), send.count, detail::nccl_data_type(recv.type),
                                 comm_, stream.native());
     });
-    finish(at_group_end, stream, send, recv);
-    check_result(result, "ncclAllGather");
 }
 
 void Communicator::run_reduce_scatter(Stream& stream, const detail::CollectiveBuffer& send,
                                       const detail::CollectiveBuffer& recv, ReduceOp op) {
     constexpr const char* what = "cudarc::nccl::Communicator::reduce_scatter";
-    prepare(stream, what);
-    check_buffer(send, what, "send buffer");
-    check_buffer(recv, what, "receive buffer");
+    prepare(stream, what, &send, &recv);
     detail::check_scatter_counts(what, send.count, recv.count, world_size_);
-    const bool at_group_end = enqueued_at_group_end(false);
-    track(at_group_end, stream, send, recv);
-    const sys::NcclResult result = with_device(*device_, [&] {
+    enqueue(stream, "ncclReduceScatter", &send, &recv, [&] {
         return api().reduce_scatter(address(send), address(recv), recv.count,
                                     detail::nccl_data_type(recv.type), detail::nccl_reduce_op(op), comm_,
                                     stream.native());
     });
-    finish(at_group_end, stream, send, recv);
-    check_result(result, "ncclReduceScatter");
 }
 
 void Communicator::run_send(Stream& stream, const detail::CollectiveBuffer& data, int peer) {
     constexpr const char* what = "cudarc::nccl::Communicator::send";
-    prepare(stream, what);
-    check_buffer(data, what, "send buffer");
+    prepare(stream, what, &data, nullptr);
     detail::check_peer(what, peer, world_size_);
-    const bool at_group_end = enqueued_at_group_end(true);
-    track_one(at_group_end, stream, data, Access::read);
-    const sys::NcclResult result = with_device(*device_, [&] {
+    enqueue(stream, "ncclSend", &data, nullptr, [&] {
         return api().send(address(data), data.count, detail::nccl_data_type(data.type), peer, comm_,
                           stream.native());
     });
-    finish(at_group_end, stream, data, data);
-    check_result(result, "ncclSend");
 }
 
 void Communicator::run_recv(Stream& stream, const detail::CollectiveBuffer& data, int peer) {
     constexpr const char* what = "cudarc::nccl::Communicator::recv";
-    prepare(stream, what);
-    check_buffer(data, what, "receive buffer");
+    prepare(stream, what, nullptr, &data);
     detail::check_peer(what, peer, world_size_);
-    const bool at_group_end = enqueued_at_group_end(true);
-    track_one(at_group_end, stream, data, Access::write);
-    const sys::NcclResult result = with_device(*device_, [&] {
+    enqueue(stream, "ncclRecv", nullptr, &data, [&] {
         return api().recv(address(data), data.count, detail::nccl_data_type(data.type), peer, comm_,
                           stream.native());
     });
-    finish(at_group_end, stream, data, data);
-    check_result(result, "ncclRecv");
 }
 
 // ---- Group ----

@@ -76,13 +76,17 @@ void refuse_table_upload_while_captured(std::string_view where, const Stream& st
 
 }  // namespace
 
-void check_tensor(std::string_view where, const GroupLayout& layout, std::size_t index,
-                  const ParamTensor& tensor) {
+const TensorLayout& tensor_at(std::string_view where, const GroupLayout& layout, std::size_t index) {
     if (index >= layout.tensors.size()) {
         throw Error(fmt::format("{}: tensor index {} is out of range (the group has {} tensors)", where,
                                 index, layout.tensors.size()));
     }
-    const TensorLayout& t = layout.tensors[index];
+    return layout.tensors[index];
+}
+
+void check_tensor(std::string_view where, const GroupLayout& layout, std::size_t index,
+                  const ParamTensor& tensor) {
+    const TensorLayout& t = tensor_at(where, layout, index);
     if (tensor.element_type() != t.type) {
         throw Error(fmt::format("{}: tensor {} holds {} elements but was registered as {}", where, index,
                                 to_string(tensor.element_type()), to_string(t.type)));
@@ -749,12 +753,9 @@ TensorState Optimizer::read_state(Stream& stream, GroupId group, std::size_t ind
     CUDARC_OPTIM_SELF();
     constexpr std::string_view where = "cudarc::optim::Optimizer::read_state";
     detail::Group& g = self.group(group, where);
-    if (index >= g.layout.tensors.size()) {
-        throw Error(fmt::format("{}: tensor index {} is out of range (the group has {} tensors)", where,
-                                index, g.layout.tensors.size()));
-    }
+    const detail::TensorLayout& tensor = detail::tensor_at(where, g.layout, index);
     TensorState state;
-    for (const auto& region : state_regions(g.layout.tensors[index], self.options.precision, state, true)) {
+    for (const auto& region : state_regions(tensor, self.options.precision, state, true)) {
         copy(stream, std::span<std::byte>(static_cast<std::byte*>(region.host), region.bytes),
              g.state.view(region.offset, region.bytes));
     }
@@ -765,12 +766,9 @@ void Optimizer::write_state(Stream& stream, GroupId group, std::size_t index, co
     CUDARC_OPTIM_SELF();
     constexpr std::string_view where = "cudarc::optim::Optimizer::write_state";
     detail::Group& g = self.group(group, where);
-    if (index >= g.layout.tensors.size()) {
-        throw Error(fmt::format("{}: tensor index {} is out of range (the group has {} tensors)", where,
-                                index, g.layout.tensors.size()));
-    }
+    const detail::TensorLayout& tensor = detail::tensor_at(where, g.layout, index);
     TensorState expected;
-    const auto regions = state_regions(g.layout.tensors[index], self.options.precision, expected, true);
+    const auto regions = state_regions(tensor, self.options.precision, expected, true);
     const std::pair<std::size_t, std::size_t> sizes[] = {
         {state.state1.size(), expected.state1.size()},   {state.state2.size(), expected.state2.size()},
         {state.codes1.size(), expected.codes1.size()},   {state.codes2.size(), expected.codes2.size()},
@@ -783,7 +781,7 @@ void Optimizer::write_state(Stream& stream, GroupId group, std::size_t index, co
         }
     }
     TensorState source = state;
-    for (const auto& region : state_regions(g.layout.tensors[index], self.options.precision, source, false)) {
+    for (const auto& region : state_regions(tensor, self.options.precision, source, false)) {
         copy(stream, g.state.view(region.offset, region.bytes),
              std::span<const std::byte>(static_cast<const std::byte*>(region.host), region.bytes));
     }

@@ -112,6 +112,9 @@ class OptimizerState {
 
 // Checks that `tensors` match the registered layout (count, element types, sizes). Throws cudarc::Error
 // prefixed by `where`.
+// The layout of tensor `index` of a group; throws naming `where` when the group has no such tensor.
+[[nodiscard]] const TensorLayout& tensor_at(std::string_view where, const GroupLayout& layout,
+                                            std::size_t index);
 void check_tensors(std::string_view where, const GroupLayout& layout, std::span<const ParamTensor> tensors);
 void check_tensor(std::string_view where, const GroupLayout& layout, std::size_t index,
                   const ParamTensor& tensor);
