@@ -43,8 +43,9 @@ enum class NewSegments { allowed, refused };
 
 class CachingAllocator {
   public:
-    // Throws cudarc::Error when the configuration is invalid.
-    CachingAllocator(std::unique_ptr<AllocatorBackend> backend, const AllocatorConfig& config = {});
+    // `backend` must outlive the allocator (its destructor still calls it). Throws cudarc::Error when the
+    // configuration is invalid.
+    explicit CachingAllocator(AllocatorBackend& backend, const AllocatorConfig& config = {});
     CachingAllocator(const CachingAllocator&) = delete;
     CachingAllocator& operator=(const CachingAllocator&) = delete;
     // Returns every segment to the driver and every pending event to the pool. Never throws.
@@ -161,7 +162,7 @@ class CachingAllocator {
     void recycle(Block* block) noexcept;
     [[noreturn]] void throw_out_of_memory(std::size_t size);
 
-    std::unique_ptr<AllocatorBackend> backend_;
+    AllocatorBackend& backend_;
     AllocatorConfig config_;
     std::size_t reserve_limit_;  // from memory_fraction; SIZE_MAX when uncapped
 

@@ -177,10 +177,10 @@ class DeviceState : public std::enable_shared_from_this<DeviceState> {
     [[nodiscard]] DeferredReleases& releases() noexcept { return releases_; }
     // `priority` clamped to the device's range (read once at open).
     [[nodiscard]] int clamp_priority(int priority) const noexcept;
-    [[nodiscard]] MemoryResource& memory() noexcept { return *memory_; }
+    [[nodiscard]] MemorySource& memory() noexcept { return *memory_; }
     // The source of DeviceSlice::managed memory, made on first use.
-    [[nodiscard]] MemoryResource& managed_memory();
-    [[nodiscard]] MemorySource memory_source() const noexcept { return memory_source_; }
+    [[nodiscard]] MemorySource& managed_memory();
+    [[nodiscard]] cudarc::MemorySource memory_source() const noexcept { return memory_source_; }
     [[nodiscard]] Stream& default_stream() noexcept { return *default_stream_; }
     [[nodiscard]] const std::shared_ptr<StreamState>& default_stream_state() const noexcept;
 
@@ -223,10 +223,10 @@ class DeviceState : public std::enable_shared_from_this<DeviceState> {
     DeferredReleases releases_{*this};
     int priority_low_ = 0;   // numerically largest: least urgent
     int priority_high_ = 0;  // numerically smallest: most urgent
-    MemorySource memory_source_;
-    std::unique_ptr<MemoryResource> memory_;
+    cudarc::MemorySource memory_source_;
+    std::unique_ptr<MemorySource> memory_;
     std::once_flag managed_once_;
-    std::unique_ptr<MemoryResource> managed_memory_;
+    std::unique_ptr<MemorySource> managed_memory_;
     std::unique_ptr<Stream> default_stream_;
     mutable std::mutex deferred_mutex_;
     mutable std::optional<Error> deferred_;

@@ -10,7 +10,7 @@
 namespace cudarc::detail {
 namespace {
 
-class ManagedSource final : public MemoryResource {
+class ManagedSource final : public MemorySource {
   public:
     explicit ManagedSource(DeviceState& device)
         : device_(device), prefetches_(supports_managed_memory(device)) {}
@@ -127,7 +127,7 @@ bool supports_managed_memory(const DeviceState& device) {
     return concurrent != 0;
 }
 
-std::unique_ptr<MemoryResource> make_managed_source(DeviceState& device) {
+std::unique_ptr<MemorySource> make_managed_source(DeviceState& device) {
     return std::make_unique<ManagedSource>(device);
 }
 
