@@ -249,22 +249,24 @@ void CachingAllocator::take(Block* block) noexcept {
     block->node = pool_of(*block).extract(block->position);
 }
 
+void CachingAllocator::absorb_next(Block* block) noexcept {
+    Block* next = block->next;
+    block->size += next->size;
+    block->next = next->next;
+    if (next->next != nullptr) next->next->prev = block;
+    recycle(next);
+}
+
 void CachingAllocator::return_to_pool(Block* block) noexcept {
     // Note: only free neighbours merge; allocated and held ones keep their boundaries.
     if (Block* prev = block->prev; prev != nullptr && prev->state == BlockState::free) {
         take(prev);
-        prev->size += block->size;
-        prev->next = block->next;
-        if (block->next != nullptr) block->next->prev = prev;
-        recycle(block);
+        absorb_next(prev);
         block = prev;
     }
     if (Block* next = block->next; next != nullptr && next->state == BlockState::free) {
         take(next);
-        block->size += next->size;
-        block->next = next->next;
-        if (next->next != nullptr) next->next->prev = block;
-        recycle(next);
+        absorb_next(block);
     }
     // Every block that reaches here has been in a pool before and owns its node: no allocation.
     insert_free(block);

@@ -140,6 +140,8 @@ class CachingAllocator {
     void split(Block* block, std::size_t size);
     void insert_free(Block* block);
     void take(Block* block) noexcept;
+    // `block`'s next block (taken out of its free set) becomes part of `block`.
+    void absorb_next(Block* block) noexcept;
     void return_to_pool(Block* block) noexcept;
     void release_hold(Block* block) noexcept;
     std::size_t release_cached_segments();
