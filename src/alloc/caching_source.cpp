@@ -128,13 +128,8 @@ void CachingSource::defer_current() const noexcept {
     }
 }
 
-// Note [Free after a failed record]
-// A block used on other streams goes back to the pool gated by an event per use. When one of those
-// events cannot be recorded (or the allocator cannot take the free), the block is neither freed nor
-// pending, and would leak. Instead, wait on the host for the whole device (cuCtxSynchronize, counted):
-// then every use has completed and the block is free at once. If even that fails the block stays out of
-// reach (a leak, with the error deferred) rather than be reused under work that may still run, unless
-// the device is lost, where nothing runs and nothing is handed out any more.
+// Note [Free after a failed record] (core/memory_source.hpp): a block that could not go back gated by an
+// event per use goes back after a host wait for the whole device, or (that failing) stays out of reach.
 void CachingSource::free_after_host_wait(const Allocation& allocation) noexcept {
     try {
         // Note: a failure to bind is deferred, and the wait tried anyway (the context is usually current).

@@ -286,7 +286,7 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
     [[nodiscard]] sys::Event mark();
     // Makes `waiter` wait for everything submitted to this stream so far (or, once retired, its final
     // work). Counted; a no-op when `waiter` is this stream. Uses the state's own event, so it touches no
-    // pool: a wait captures the event's state when it is enqueued, so the event is free again at once.
+    // pool (Note [Waits capture the event] in core/event_pool.hpp).
     void order_before(sys::Stream waiter);
     // Called once, by the owning Stream, before the handle may go away. `final_event` (owned from now on)
     // completes after the stream's last work; null means that work is known to be complete.

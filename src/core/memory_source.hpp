@@ -32,7 +32,15 @@ class MemorySource {
     // `bytes` > 0, ordered on `stream`. Throws cudarc::OutOfMemory or cudarc::Error.
     [[nodiscard]] virtual MemoryBlock allocate(std::size_t bytes, StreamState& stream) = 0;
     // Frees `block`, allocated on `home`, after every use in `uses` (events may still be null; the source
-    // records them as needed and takes ownership). Never throws.
+    // records them as needed and takes ownership). Never throws: see Note [Free after a failed record].
+    //
+    // Note [Free after a failed record]
+    // Memory used on several streams is freed (or goes back to a cache) only after an event per use. When
+    // one of those events cannot be recorded or waited for (or the source cannot take the free), the memory
+    // would be neither freed nor pending, and would leak. Instead the source waits on the host for the
+    // whole device (cuCtxSynchronize, counted): then every use has completed and the memory is free at
+    // once. If even that fails the memory stays out of reach (a leak, with the error deferred) rather than
+    // be reused under work that may still run, unless the device is lost, where nothing runs any more.
     virtual void deallocate(const MemoryBlock& block, std::size_t bytes, StreamState& home,
                             std::vector<StreamUse> uses) noexcept = 0;
     // Frees cached memory (no-op for sources that cache nothing).
