@@ -45,10 +45,12 @@ struct DeviceOptions {
 // A GPU. Opening a device retains its primary context (the one the CUDA runtime and frameworks such as
 // PyTorch use, so memory and streams interoperate); the last handle releases it.
 //
-// Note: the default stream is a stream cudarc creates with CU_STREAM_NON_BLOCKING, not the legacy NULL
-// stream. The legacy stream implicitly synchronizes with every other blocking stream in the context, so
-// work there would serialize against unrelated libraries; a created stream orders only what cudarc puts
-// on it, and hazard tracking adds exactly the waits that cross-stream use needs.
+// Note [No legacy stream]
+// The default stream is a stream cudarc creates with CU_STREAM_NON_BLOCKING, not the legacy NULL
+// stream, and Stream::wrap refuses the legacy stream. The legacy stream implicitly synchronizes with
+// every other blocking stream in the context, so work there would serialize against unrelated libraries;
+// a created stream orders only what cudarc puts on it, and hazard tracking adds exactly the waits that
+// cross-stream use needs.
 //
 // A Device is a shared handle, like CCCL's device_ref or Rust cudarc's Arc<CudaContext>: copies, and
 // opening the same ordinal twice, give handles to one device state (same counters, same allocator), and

@@ -40,9 +40,8 @@ class Stream {
     // `device`'s context (on CUDA; HIP cannot tell a stream's device). The stream must stay valid until
     // the wrapper is destroyed.
     [[nodiscard]] static Stream wrap(const Device& device, NativeStream foreign);
-    // A null stream is the legacy stream, which implicitly synchronizes with every blocking stream of the
-    // context: wrapping it would defeat exact ordering, so it does not compile (as CCCL deletes
-    // stream_ref(nullptr_t)).
+    // A null stream is the legacy stream (Note [No legacy stream] in device.hpp): wrapping it does not
+    // compile (as CCCL deletes stream_ref(nullptr_t)).
     static Stream wrap(const Device& device, std::nullptr_t) = delete;
 
     Stream(const Stream&) = delete;

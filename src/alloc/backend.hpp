@@ -1,7 +1,8 @@
 // The caching allocator's seam: everything it needs from a device, and nothing more.
 //
-// Note: the allocator's bookkeeping is tested without a GPU through a fake of this interface; the
-// real one (driver_backend.hpp) forwards to the driver table and to the device's event pool.
+// Note: the allocator's bookkeeping is tested without a GPU through a fake of this interface
+// (tests/host/alloc_fake_backend.hpp); the real one is the device's caching source (caching_source.hpp),
+// over the driver table, the device's event pool and its counters.
 #pragma once
 
 #include <cstddef>

@@ -45,9 +45,8 @@ constexpr std::size_t segment_size_for(std::size_t size) noexcept {
 
 }  // namespace
 
-CachingAllocator::CachingAllocator(std::unique_ptr<AllocatorBackend> backend, const AllocatorConfig& config)
-    : backend_(std::move(backend)), config_(config), reserve_limit_(kNoLimit) {
-    if (backend_ == nullptr) throw Error("cudarc: the caching allocator was given no backend");
+CachingAllocator::CachingAllocator(AllocatorBackend& backend, const AllocatorConfig& config)
+    : backend_(backend), config_(config), reserve_limit_(kNoLimit) {
     if (!(config.memory_fraction > 0.0 && config.memory_fraction <= 1.0)) {
         throw Error(fmt::format("cudarc: AllocatorConfig::memory_fraction must be in (0, 1], got {}",
                                 config.memory_fraction));
@@ -59,7 +58,7 @@ CachingAllocator::CachingAllocator(std::unique_ptr<AllocatorBackend> backend, co
                         kLargeSegmentSize, config.max_split_size));
     }
     if (config.memory_fraction < 1.0) {
-        const std::size_t total = backend_->memory_info().second;
+        const std::size_t total = backend_.memory_info().second;
         reserve_limit_ = static_cast<std::size_t>(static_cast<double>(total) * config.memory_fraction);
     }
 }
@@ -68,12 +67,12 @@ CachingAllocator::~CachingAllocator() {
     // Note: nothing can wait for events any more; their blocks' memory goes back with the segments.
     for (StreamQueue& queue : pending_) {
         for (std::size_t i = queue.head; i < queue.events.size(); ++i) {
-            backend_->release_event(queue.events[i].event);
+            backend_.release_event(queue.events[i].event);
         }
     }
     for (Block* head : segments_) {
         try {
-            backend_->free_segment(head->ptr, head->segment_size);
+            backend_.free_segment(head->ptr, head->segment_size);
         } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor must not throw; the memory is lost
         }
         for (Block* block = head; block != nullptr;) delete std::exchange(block, block->next);
@@ -127,7 +126,7 @@ Block* CachingAllocator::take_cached_block(std::size_t size, StreamKey stream, b
 Block* CachingAllocator::allocate_segment(std::size_t size, StreamKey stream, bool small) {
     const std::size_t bytes = segment_size_for(size);
     if (bytes > reserve_limit_ || stats_.reserved_bytes > reserve_limit_ - bytes) return nullptr;
-    const std::optional<DevicePtr> ptr = backend_->allocate_segment(bytes);
+    const std::optional<DevicePtr> ptr = backend_.allocate_segment(bytes);
     if (!ptr) return nullptr;
 
     Block* head = nullptr;
@@ -146,7 +145,7 @@ Block* CachingAllocator::allocate_segment(std::size_t size, StreamKey stream, bo
         if (registered) segments_.erase(head);
         if (head != nullptr) recycle(head);
         try {
-            backend_->free_segment(*ptr, bytes);
+            backend_.free_segment(*ptr, bytes);
         } catch (...) {  // NOLINT(bugprone-empty-catch): the first error is the one to report
         }
         throw;
@@ -164,7 +163,7 @@ Block* CachingAllocator::allocate_segment(std::size_t size, StreamKey stream, bo
 // way neither (1) nor (2) is allowed: no driver free, no event wait.
 Block* CachingAllocator::allocate_with_escalation(std::size_t size, StreamKey stream, bool small) {
     if (Block* block = allocate_segment(size, stream, small)) return block;
-    const bool capturing = captures_underway_ > 0 || backend_->stream_capturing(stream);
+    const bool capturing = captures_underway_ > 0 || backend_.stream_capturing(stream);
     if (!capturing) {
         if (release_cached_segments() > 0) {
             ++stats_.oom_retries;
@@ -250,22 +249,24 @@ void CachingAllocator::take(Block* block) noexcept {
     block->node = pool_of(*block).extract(block->position);
 }
 
+void CachingAllocator::absorb_next(Block* block) noexcept {
+    Block* next = block->next;
+    block->size += next->size;
+    block->next = next->next;
+    if (next->next != nullptr) next->next->prev = block;
+    recycle(next);
+}
+
 void CachingAllocator::return_to_pool(Block* block) noexcept {
     // Note: only free neighbours merge; allocated and held ones keep their boundaries.
     if (Block* prev = block->prev; prev != nullptr && prev->state == BlockState::free) {
         take(prev);
-        prev->size += block->size;
-        prev->next = block->next;
-        if (block->next != nullptr) block->next->prev = prev;
-        recycle(block);
+        absorb_next(prev);
         block = prev;
     }
     if (Block* next = block->next; next != nullptr && next->state == BlockState::free) {
         take(next);
-        block->size += next->size;
-        block->next = next->next;
-        if (next->next != nullptr) next->next->prev = block;
-        recycle(next);
+        absorb_next(block);
     }
     // Every block that reaches here has been in a pool before and owns its node: no allocation.
     insert_free(block);
@@ -285,7 +286,7 @@ std::size_t CachingAllocator::release_cached_segments() {
             ++it;
             continue;
         }
-        backend_->free_segment(head->ptr, head->segment_size);  // on failure nothing has changed
+        backend_.free_segment(head->ptr, head->segment_size);  // on failure nothing has changed
         take(head);
         it = segments_.erase(it);
         stats_.reserved_bytes -= head->segment_size;
@@ -389,7 +390,7 @@ void CachingAllocator::free_locked(Block* block, std::span<const PendingUse> use
             for (const PendingUse& r : recorded) {
                 if (r.stream == stream) return;
             }
-            recorded.push_back(PendingUse{stream, backend_->record_event(stream)});
+            recorded.push_back(PendingUse{stream, backend_.record_event(stream)});
         };
         recorded.reserve(block->used_streams.size() + uses.size());
         for (StreamKey stream : block->used_streams) record_on(stream);
@@ -400,7 +401,7 @@ void CachingAllocator::free_locked(Block* block, std::span<const PendingUse> use
         reserve_queue_space(uses);
         reserve_queue_space(recorded);
     } catch (...) {
-        for (const PendingUse& use : recorded) backend_->release_event(use.event);
+        for (const PendingUse& use : recorded) backend_.release_event(use.event);
         throw;
     }
 
@@ -420,7 +421,7 @@ void CachingAllocator::free_locked(Block* block, std::span<const PendingUse> use
         // Note: an event on the block's own stream is honoured too: the caller passes one when the
         // stream's identity may not last (a foreign stream whose handle value could be reused).
         if (is_being_captured(use.stream)) {
-            backend_->release_event(use.event);
+            backend_.release_event(use.event);
             return;
         }
         push_pending(use.stream, PendingEvent{use.event, block, nullptr});
@@ -525,9 +526,9 @@ void CachingAllocator::process_completed_events() {
         // Stop at the first incomplete event: later ones on the same stream cannot be complete.
         while (!queue.empty()) {
             const PendingEvent pending = queue.events[queue.head];
-            if (!backend_->event_completed(pending.event)) break;
+            if (!backend_.event_completed(pending.event)) break;
             pop_front(queue);
-            backend_->release_event(pending.event);
+            backend_.release_event(pending.event);
             complete(pending);
         }
     }
@@ -576,9 +577,9 @@ void CachingAllocator::synchronize_pending_events() {
         while (!queue.empty()) {
             const PendingEvent pending = queue.events[queue.head];
             ++stats_.event_synchronizations;
-            backend_->synchronize_event(pending.event);
+            backend_.synchronize_event(pending.event);
             pop_front(queue);
-            backend_->release_event(pending.event);
+            backend_.release_event(pending.event);
             complete(pending);
         }
     }
@@ -672,7 +673,7 @@ void CachingAllocator::release_capture(CaptureId id, std::span<const PendingUse>
     capture->released = true;
     for (const PendingUse& use : after) {
         if (is_being_captured(use.stream)) {
-            backend_->release_event(use.event);
+            backend_.release_event(use.event);
             continue;
         }
         push_pending(use.stream, PendingEvent{use.event, nullptr, capture});
@@ -701,10 +702,10 @@ void CachingAllocator::throw_out_of_memory(std::size_t size) {
     figures.allocated = stats_.allocated_bytes;
     figures.reserved = stats_.reserved_bytes;
     try {
-        std::tie(figures.device_free, figures.device_total) = backend_->memory_info();
+        std::tie(figures.device_free, figures.device_total) = backend_.memory_info();
     } catch (...) {  // NOLINT(bugprone-empty-catch): the figures stay zero; out of memory is the error
     }
-    throw OutOfMemory(backend_->device_ordinal(), figures);
+    throw OutOfMemory(backend_.device_ordinal(), figures);
 }
 
 AllocatorStats CachingAllocator::stats() const {

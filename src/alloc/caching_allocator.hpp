@@ -43,8 +43,9 @@ enum class NewSegments { allowed, refused };
 
 class CachingAllocator {
   public:
-    // Throws cudarc::Error when the configuration is invalid.
-    CachingAllocator(std::unique_ptr<AllocatorBackend> backend, const AllocatorConfig& config = {});
+    // `backend` must outlive the allocator (its destructor still calls it). Throws cudarc::Error when the
+    // configuration is invalid.
+    explicit CachingAllocator(AllocatorBackend& backend, const AllocatorConfig& config = {});
     CachingAllocator(const CachingAllocator&) = delete;
     CachingAllocator& operator=(const CachingAllocator&) = delete;
     // Returns every segment to the driver and every pending event to the pool. Never throws.
@@ -139,6 +140,8 @@ class CachingAllocator {
     void split(Block* block, std::size_t size);
     void insert_free(Block* block);
     void take(Block* block) noexcept;
+    // `block`'s next block (taken out of its free set) becomes part of `block`.
+    void absorb_next(Block* block) noexcept;
     void return_to_pool(Block* block) noexcept;
     void release_hold(Block* block) noexcept;
     std::size_t release_cached_segments();
@@ -161,7 +164,7 @@ class CachingAllocator {
     void recycle(Block* block) noexcept;
     [[noreturn]] void throw_out_of_memory(std::size_t size);
 
-    std::unique_ptr<AllocatorBackend> backend_;
+    AllocatorBackend& backend_;
     AllocatorConfig config_;
     std::size_t reserve_limit_;  // from memory_fraction; SIZE_MAX when uncapped
 

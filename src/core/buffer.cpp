@@ -291,7 +291,7 @@ Buffer Buffer::managed(Stream& stream, std::size_t bytes) {
     return Buffer(stream, bytes, stream.state().device().managed_memory());
 }
 
-Buffer::Buffer(Stream& stream, std::size_t bytes, MemoryResource& source)
+Buffer::Buffer(Stream& stream, std::size_t bytes, MemorySource& source)
     : device_(stream.state().device().shared_from_this()),
       source_(&source),
       bytes_(bytes),

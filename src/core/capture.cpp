@@ -69,11 +69,9 @@ std::vector<GraphRange> ranges_touched(const RangeTable& touched) {
 
 // ---- CaptureSession ---------------------------------------------------------------------------------
 
-CaptureSession::CaptureSession(StreamState& origin, alloc::CachingAllocator* allocator,
-                               std::optional<alloc::CaptureId> allocator_capture)
+CaptureSession::CaptureSession(StreamState& origin, std::optional<SourceCaptureId> source_capture)
     : origin_(origin.shared_from_this()),
-      allocator_(allocator),
-      allocator_capture_(allocator_capture),
+      source_capture_(source_capture),
       serial_(next_serial.fetch_add(1, std::memory_order_relaxed)) {
     members_.reserve(4);
     DeviceState& device = origin.device();
@@ -116,8 +114,7 @@ void CaptureSession::join(StreamState& stream, CaptureRole role) {
     }
     if (!stream.alive()) throw Error("cudarc: a retired stream cannot take part in a graph capture");
     members_.reserve(members_.size() + 1);
-    if (allocator_ != nullptr && allocator_capture_)
-        allocator_->notify_capture_join(*allocator_capture_, stream.key());
+    if (source_capture_) device().memory().join_capture(*source_capture_, stream);
     DeviceState& d = device();
     const auto scope = d.bind();
     // Eager: `stream` is not capturing yet, so this event covers its work outside the capture.

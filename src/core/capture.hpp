@@ -9,7 +9,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "alloc/caching_allocator.hpp"
 #include "core/device_state.hpp"
 #include "core/range_table.hpp"
 #include "cudarc/detail/buffer.hpp"
@@ -96,8 +95,8 @@ struct GraphPrerequisite {
 class CaptureSession {
   public:
     // Records the pre-capture mark on `origin`; the capture itself begins in begin_capture (graph.cpp).
-    CaptureSession(StreamState& origin, alloc::CachingAllocator* allocator,
-                   std::optional<alloc::CaptureId> allocator_capture);
+    // `source_capture`: the device's memory source's id for the capture (MemorySource::begin_capture).
+    CaptureSession(StreamState& origin, std::optional<SourceCaptureId> source_capture);
     CaptureSession(const CaptureSession&) = delete;
     CaptureSession& operator=(const CaptureSession&) = delete;
     ~CaptureSession();
@@ -111,10 +110,7 @@ class CaptureSession {
     [[nodiscard]] std::uint64_t serial() const noexcept { return serial_; }
     [[nodiscard]] StreamState& origin() const noexcept { return *origin_; }
     [[nodiscard]] DeviceState& device() const noexcept { return origin_->device(); }
-    [[nodiscard]] alloc::CachingAllocator* allocator() const noexcept { return allocator_; }
-    [[nodiscard]] std::optional<alloc::CaptureId> allocator_capture() const noexcept {
-        return allocator_capture_;
-    }
+    [[nodiscard]] std::optional<SourceCaptureId> source_capture() const noexcept { return source_capture_; }
 
     // Membership.
     void join(StreamState& stream, CaptureRole role);
@@ -174,8 +170,7 @@ class CaptureSession {
     Overlay& overlay_for(HazardState& real, StreamState* first_writer, bool allocated_inside);
 
     std::shared_ptr<StreamState> origin_;
-    alloc::CachingAllocator* allocator_;
-    std::optional<alloc::CaptureId> allocator_capture_;
+    std::optional<SourceCaptureId> source_capture_;
     std::uint64_t serial_;
     std::vector<Member> members_;
     std::unordered_map<const BufferLink*, std::unique_ptr<Overlay>> overlays_;

@@ -7,7 +7,6 @@
 #include <map>
 #include <mutex>
 
-#include "core/caching_source.hpp"
 #include "core/capture.hpp"
 #include "core/device_state.hpp"
 #include "core/managed_source.hpp"
@@ -20,7 +19,7 @@ namespace detail {
 namespace {
 std::atomic<std::uint64_t> next_generation{1};
 
-std::unique_ptr<MemoryResource> make_memory_source(DeviceState& device, const DeviceOptions& options) {
+std::unique_ptr<MemorySource> make_memory_source(DeviceState& device, const DeviceOptions& options) {
     switch (options.memory_source) {
         case cudarc::MemorySource::stream_ordered:
             return make_stream_ordered_source(device);
@@ -75,7 +74,7 @@ DeviceState::~DeviceState() {
     static_cast<void>(api_.device_primary_ctx_release(device_));
 }
 
-MemoryResource& DeviceState::managed_memory() {
+MemorySource& DeviceState::managed_memory() {
     std::call_once(managed_once_, [this] { managed_memory_ = make_managed_source(*this); });
     return *managed_memory_;
 }
@@ -382,20 +381,12 @@ MemorySource Device::memory_source() const noexcept {
     return state_->memory_source();
 }
 
-namespace {
-alloc::CachingAllocator* caching_allocator(detail::DeviceState& state) {
-    auto* caching = dynamic_cast<detail::CachingResource*>(&state.memory());
-    return caching != nullptr ? &caching->allocator() : nullptr;
-}
-}  // namespace
-
 AllocatorStats Device::allocator_stats() const {
     return state_->memory().stats();
 }
 
 AllocatorSnapshot Device::allocator_snapshot() const {
-    auto* allocator = caching_allocator(*state_);
-    return allocator != nullptr ? allocator->snapshot() : AllocatorSnapshot{};
+    return state_->memory().snapshot();
 }
 
 void Device::reset_peak_memory() const {

@@ -177,10 +177,10 @@ class DeviceState : public std::enable_shared_from_this<DeviceState> {
     [[nodiscard]] DeferredReleases& releases() noexcept { return releases_; }
     // `priority` clamped to the device's range (read once at open).
     [[nodiscard]] int clamp_priority(int priority) const noexcept;
-    [[nodiscard]] MemoryResource& memory() noexcept { return *memory_; }
+    [[nodiscard]] MemorySource& memory() noexcept { return *memory_; }
     // The source of DeviceSlice::managed memory, made on first use.
-    [[nodiscard]] MemoryResource& managed_memory();
-    [[nodiscard]] MemorySource memory_source() const noexcept { return memory_source_; }
+    [[nodiscard]] MemorySource& managed_memory();
+    [[nodiscard]] cudarc::MemorySource memory_source() const noexcept { return memory_source_; }
     [[nodiscard]] Stream& default_stream() noexcept { return *default_stream_; }
     [[nodiscard]] const std::shared_ptr<StreamState>& default_stream_state() const noexcept;
 
@@ -223,10 +223,10 @@ class DeviceState : public std::enable_shared_from_this<DeviceState> {
     DeferredReleases releases_{*this};
     int priority_low_ = 0;   // numerically largest: least urgent
     int priority_high_ = 0;  // numerically smallest: most urgent
-    MemorySource memory_source_;
-    std::unique_ptr<MemoryResource> memory_;
+    cudarc::MemorySource memory_source_;
+    std::unique_ptr<MemorySource> memory_;
     std::once_flag managed_once_;
-    std::unique_ptr<MemoryResource> managed_memory_;
+    std::unique_ptr<MemorySource> managed_memory_;
     std::unique_ptr<Stream> default_stream_;
     mutable std::mutex deferred_mutex_;
     mutable std::optional<Error> deferred_;
@@ -286,7 +286,7 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
     [[nodiscard]] sys::Event mark();
     // Makes `waiter` wait for everything submitted to this stream so far (or, once retired, its final
     // work). Counted; a no-op when `waiter` is this stream. Uses the state's own event, so it touches no
-    // pool: a wait captures the event's state when it is enqueued, so the event is free again at once.
+    // pool (Note [Waits capture the event] in core/event_pool.hpp).
     void order_before(sys::Stream waiter);
     // Called once, by the owning Stream, before the handle may go away. `final_event` (owned from now on)
     // completes after the stream's last work; null means that work is known to be complete.

@@ -4,7 +4,6 @@
 
 #include <optional>
 
-#include "core/caching_source.hpp"
 #include "core/capture.hpp"
 #include "core/device_state.hpp"
 
@@ -12,47 +11,17 @@ namespace cudarc {
 namespace detail {
 
 namespace {
-alloc::CachingAllocator* caching_allocator_of(DeviceState& device) {
-    auto* caching = dynamic_cast<CachingResource*>(&device.memory());
-    return caching != nullptr ? &caching->allocator() : nullptr;
-}
-
-// The allocator's capture is over: what it kept is reused once `last_stream`'s work so far (the graph's
-// last launch) has completed. Note [Stream identity]: mark() works after the stream's wrapper is gone.
-void release_capture(DeviceState& device, std::optional<alloc::CaptureId> capture,
+// The memory source's capture is over (MemorySource::release_capture).
+void release_capture(DeviceState& device, std::optional<SourceCaptureId> capture,
                      const std::shared_ptr<StreamState>& last_stream) noexcept {
-    if (!capture) return;
-    alloc::CachingAllocator* allocator = caching_allocator_of(device);
-    if (allocator == nullptr) return;
-    std::vector<alloc::PendingUse> after;
-    const auto scope = device.bind_or_defer();
-    try {
-        if (last_stream) {
-            // Note: mark() first: for a stream taking part in a capture, it decides where the event is
-            // recorded, which event_key() then names.
-            sys::Event event = last_stream->mark();
-            after.push_back({last_stream->event_key(), event});
-        }
-        allocator->release_capture(*capture, after);
-        return;
-    } catch (const Error& error) {
-        device.defer(error);
-    } catch (...) {
-    }
-    // No event: the kept memory may be in use by a replay; wait for the device before it is reused.
-    for (const auto& use : after) device.events().release(use.event);
-    device.synchronize_noexcept();
-    try {
-        allocator->release_capture(*capture);
-    } catch (...) {
-    }
+    if (capture) device.memory().release_capture(*capture, last_stream);
 }
 }  // namespace
 
 class GraphState {
   public:
     GraphState(DeviceState& device, sys::Graph graph, sys::GraphExec exec,
-               std::optional<alloc::CaptureId> capture, std::vector<GraphBufferUse> uses,
+               std::optional<SourceCaptureId> capture, std::vector<GraphBufferUse> uses,
                std::vector<GraphPrerequisite> prerequisites)
         : device_(device.shared_from_this()),
           graph_(graph),
@@ -185,7 +154,7 @@ class GraphState {
     std::shared_ptr<DeviceState> device_;
     sys::Graph graph_;
     sys::GraphExec exec_;
-    std::optional<alloc::CaptureId> capture_;
+    std::optional<SourceCaptureId> capture_;
     std::vector<GraphBufferUse> uses_;
     std::vector<GraphPrerequisite> prerequisites_;
     std::shared_ptr<StreamState> last_stream_;
@@ -202,20 +171,19 @@ void begin_capture(Stream& stream) {
     DeviceState& device = origin.device();
     const sys::DriverApi& api = device.api();
     const auto scope = device.bind();
-    alloc::CachingAllocator* allocator = caching_allocator_of(device);
-    std::optional<alloc::CaptureId> id;
-    if (allocator != nullptr) id = allocator->notify_capture_begin(origin.key());
+    MemorySource& source = device.memory();
+    const std::optional<SourceCaptureId> id = source.begin_capture(origin);
     std::unique_ptr<CaptureSession> session;
     try {
-        session = std::make_unique<CaptureSession>(origin, allocator, id);  // records the pre-capture mark
+        session = std::make_unique<CaptureSession>(origin, id);  // records the pre-capture mark
         device.check(sys::require(api, api.stream_begin_capture, "cuStreamBeginCapture")(
                          origin.handle(), sys::kStreamCaptureModeThreadLocal),
                      "cuStreamBeginCapture");
     } catch (...) {
         session.reset();  // leaves the capture it never began
         if (id) {
-            allocator->notify_capture_end(origin.key());
-            allocator->release_capture(*id);
+            source.end_capture(origin);
+            source.release_capture(*id, nullptr);
         }
         throw;
     }
@@ -253,9 +221,9 @@ std::pair<sys::Graph, sys::Result> end_session(Stream& stream, std::unique_ptr<C
         *prerequisites = CaptureSession::current()->take_prerequisites();
     session = CaptureSession::take_current();
     // Note: before the deferred releases run (in finish), so that the allocator sees them as ordinary frees.
-    if (alloc::CachingAllocator* allocator = session->allocator()) {
+    if (session->source_capture()) {
         try {
-            allocator->notify_capture_end(stream.state().key());
+            device.memory().end_capture(stream.state());
         } catch (const Error& error) {
             device.defer(error);
         }
@@ -283,7 +251,7 @@ Graph end_capture(Stream& stream, Instantiate instantiate) {
     auto [graph, result] = end_session(stream, session, &uses, &prerequisites);
     DeviceState& device = stream.state().device();
     const auto scope = device.bind_or_defer();  // as in end_session: the failure paths below must run
-    const std::optional<alloc::CaptureId> id = session->allocator_capture();
+    const std::optional<SourceCaptureId> id = session->source_capture();
     sys::GraphExec exec = nullptr;
     const char* failed = "cuStreamEndCapture";
     if (result == sys::kSuccess && instantiate == Instantiate::yes) {
@@ -312,7 +280,7 @@ void abandon_capture(Stream& stream) noexcept {
         const auto scope = device.bind_or_defer();
         device.defer(device.api().graph_destroy(graph), "cuGraphDestroy");
     }
-    release_capture(device, session->allocator_capture(), nullptr);
+    release_capture(device, session->source_capture(), nullptr);
 }
 
 }  // namespace detail

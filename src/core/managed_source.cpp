@@ -10,7 +10,7 @@
 namespace cudarc::detail {
 namespace {
 
-class ManagedSource final : public MemoryResource {
+class ManagedSource final : public MemorySource {
   public:
     explicit ManagedSource(DeviceState& device)
         : device_(device), prefetches_(supports_managed_memory(device)) {}
@@ -66,9 +66,7 @@ class ManagedSource final : public MemoryResource {
         } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory while gathering the uses
         }
         if (!waited) {
-            // See Note [Free after a failed record]: a use whose event could not be recorded or waited for
-            // is waited for with the whole device; if even that fails the memory leaks rather than be
-            // freed under work that may still use it, unless the device is lost (nothing runs any more).
+            // Note [Free after a failed record]: wait for the whole device instead.
             const sys::Result synchronized = api.ctx_synchronize();
             if (synchronized == sys::kSuccess) {
                 AtomicCounters::bump(device_.counters().context_synchronizes);
@@ -127,7 +125,7 @@ bool supports_managed_memory(const DeviceState& device) {
     return concurrent != 0;
 }
 
-std::unique_ptr<MemoryResource> make_managed_source(DeviceState& device) {
+std::unique_ptr<MemorySource> make_managed_source(DeviceState& device) {
     return std::make_unique<ManagedSource>(device);
 }
 

@@ -1,8 +1,12 @@
-// Where memory for buffers comes from: the caching allocator, the driver's stream-ordered pool, or (for
-// DeviceSlice::managed) managed memory.
+// Where memory for buffers comes from: the caching allocator (src/alloc/caching_source.hpp), the driver's
+// stream-ordered pool, or (for DeviceSlice::managed) managed memory. The public enum cudarc::MemorySource
+// names which of the first two a device uses; detail::MemorySource is what each of them implements.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "cudarc/allocator.hpp"
@@ -11,6 +15,7 @@
 
 namespace cudarc::detail {
 
+class DeviceState;
 class StreamState;
 
 struct MemoryBlock {
@@ -18,13 +23,24 @@ struct MemoryBlock {
     void* handle = nullptr;  // the source's own bookkeeping
 };
 
-class MemoryResource {
+// Names one graph capture for the source that keeps memory for it (the caching allocator).
+using SourceCaptureId = std::uint64_t;
+
+class MemorySource {
   public:
-    virtual ~MemoryResource() = default;
+    virtual ~MemorySource() = default;
     // `bytes` > 0, ordered on `stream`. Throws cudarc::OutOfMemory or cudarc::Error.
     [[nodiscard]] virtual MemoryBlock allocate(std::size_t bytes, StreamState& stream) = 0;
     // Frees `block`, allocated on `home`, after every use in `uses` (events may still be null; the source
-    // records them as needed and takes ownership). Never throws.
+    // records them as needed and takes ownership). Never throws: see Note [Free after a failed record].
+    //
+    // Note [Free after a failed record]
+    // Memory used on several streams is freed (or goes back to a cache) only after an event per use. When
+    // one of those events cannot be recorded or waited for (or the source cannot take the free), the memory
+    // would be neither freed nor pending, and would leak. Instead the source waits on the host for the
+    // whole device (cuCtxSynchronize, counted): then every use has completed and the memory is free at
+    // once. If even that fails the memory stays out of reach (a leak, with the error deferred) rather than
+    // be reused under work that may still run, unless the device is lost, where nothing runs any more.
     virtual void deallocate(const MemoryBlock& block, std::size_t bytes, StreamState& home,
                             std::vector<StreamUse> uses) noexcept = 0;
     // Frees cached memory (no-op for sources that cache nothing).
@@ -39,6 +55,29 @@ class MemoryResource {
     [[nodiscard]] virtual AllocatorStats stats() const { return {}; }
     // Restarts the peak figures from the current ones.
     virtual void reset_peak() {}
+    // What Device::allocator_snapshot reports (empty for sources that keep no segments).
+    [[nodiscard]] virtual AllocatorSnapshot snapshot() const { return {}; }
+
+    // Graph capture (Note [Capture overlay]). A source that keeps memory for graphs hears of each capture
+    // on its device; the others keep nothing and ignore it.
+    // `origin` begins a capture: the source's id for it, or nullopt when it keeps nothing.
+    [[nodiscard]] virtual std::optional<SourceCaptureId> begin_capture(StreamState& /*origin*/) {
+        return std::nullopt;
+    }
+    // `stream` takes part in capture `capture` from now on (forked from or joining a member).
+    virtual void join_capture(SourceCaptureId /*capture*/, StreamState& /*stream*/) {}
+    // The capture on `origin` has ended (before the releases it deferred run).
+    virtual void end_capture(StreamState& /*origin*/) {}
+    // Nothing will launch capture `capture`'s graph any more: what the source kept for it is reused once
+    // the work `last_stream` has so far (the graph's last launch) has completed; with no stream (the graph
+    // was never launched), at once. Never throws.
+    virtual void release_capture(SourceCaptureId /*capture*/,
+                                 const std::shared_ptr<StreamState>& /*last_stream*/) noexcept {}
 };
+
+// The device's caching allocator (defined in src/alloc/caching_source.cpp). The one name core takes from
+// the layer above it, as a declaration: core includes no header of src/alloc (docs/architecture.md).
+[[nodiscard]] std::unique_ptr<MemorySource> make_caching_source(DeviceState& device,
+                                                                const AllocatorConfig& config);
 
 }  // namespace cudarc::detail

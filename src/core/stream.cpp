@@ -273,7 +273,7 @@ void Stream::release() noexcept {
 
 Stream Stream::wrap(const Device& device, NativeStream foreign) {
     if (foreign == nullptr) {
-        // (The literal nullptr does not compile: stream.hpp.)
+        // Note [No legacy stream]. (The literal nullptr does not compile: stream.hpp.)
         throw Error(
             "cudarc: Stream::wrap: the stream is null, which names the legacy stream; wrap a created "
             "stream, or use device.default_stream() or device.create_stream()");

@@ -12,7 +12,7 @@
 namespace cudarc::detail {
 namespace {
 
-class StreamOrderedSource final : public MemoryResource {
+class StreamOrderedSource final : public MemorySource {
   public:
     explicit StreamOrderedSource(DeviceState& device) : device_(device) {
         const sys::DriverApi& api = device.api();
@@ -163,7 +163,7 @@ class StreamOrderedSource final : public MemoryResource {
 
 }  // namespace
 
-std::unique_ptr<MemoryResource> make_stream_ordered_source(DeviceState& device) {
+std::unique_ptr<MemorySource> make_stream_ordered_source(DeviceState& device) {
     return std::make_unique<StreamOrderedSource>(device);
 }
 

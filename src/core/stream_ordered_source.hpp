@@ -15,7 +15,7 @@ class DeviceState;
 // (cuMemPoolTrimTo), and so does an allocation that runs out of memory before it retries once. Stats are
 // the pool's own (reserved and used bytes). Falls back to cuMemAlloc/cuMemFree (with a host wait before
 // each free) on devices without memory pools.
-[[nodiscard]] std::unique_ptr<MemoryResource> make_stream_ordered_source(DeviceState& device);
+[[nodiscard]] std::unique_ptr<MemorySource> make_stream_ordered_source(DeviceState& device);
 
 // Figures for an out-of-memory error from the driver's view of the device; `holder` names what holds the
 // reserved and allocated bytes ("the driver's memory pool").

@@ -14,8 +14,8 @@
 #include <optional>
 #include <string>
 
+#include "alloc/caching_source.hpp"
 #include "alloc_gpu_support.hpp"
-#include "core/caching_source.hpp"
 #include "core/device_state.hpp"
 #include "gpu_test.hpp"
 
@@ -42,7 +42,7 @@ std::size_t total_memory_of_device_0() {
 
 // The configuration the device's allocator was built with, or null when it has none.
 const AllocatorConfig* allocator_config(const Device& device) {
-    auto* caching = dynamic_cast<detail::CachingResource*>(&device.state()->memory());
+    auto* caching = dynamic_cast<alloc::CachingSource*>(&device.state()->memory());
     return caching != nullptr ? &caching->allocator().config() : nullptr;
 }
 

@@ -46,7 +46,8 @@ OutOfMemory expect_out_of_memory(Fn&& fn) {
 TEST_CASE("alloc.oom_escalation_order") {
     auto device = std::make_shared<FakeDevice>(44 * kMiB);
     {
-        CachingAllocator allocator(std::make_unique<FakeBackend>(device));
+        FakeBackend backend(device);
+        CachingAllocator allocator(backend);
 
         // Stage 1: a wholly free cached segment is given back, then the request retried.
         const Allocation a = allocator.allocate(4 * kMiB, 1);  // 20 MiB segment
@@ -109,7 +110,8 @@ TEST_CASE("alloc.oom_escalation_order") {
 
 TEST_CASE("alloc.oom_wait_frees_a_block_for_its_own_stream") {
     auto device = std::make_shared<FakeDevice>(20 * kMiB);
-    CachingAllocator allocator(std::make_unique<FakeBackend>(device));
+    FakeBackend backend(device);
+    CachingAllocator allocator(backend);
     const Allocation a = allocator.allocate(19 * kMiB, 1);  // the whole 20 MiB
     REQUIRE(a.size == 20 * kMiB);
     const auto event = device->make_event(2);
@@ -128,7 +130,8 @@ TEST_CASE("alloc.oom_wait_frees_a_block_for_its_own_stream") {
 
 TEST_CASE("alloc.oom_impossible_request") {
     auto device = std::make_shared<FakeDevice>(64 * kMiB);
-    CachingAllocator allocator(std::make_unique<FakeBackend>(device));
+    FakeBackend backend(device);
+    CachingAllocator allocator(backend);
     const Allocation keep = allocator.allocate(kKiB, 1);
     for (std::size_t bytes :
          {std::numeric_limits<std::size_t>::max(), std::numeric_limits<std::size_t>::max() / 2, 65 * kMiB}) {
@@ -149,7 +152,8 @@ TEST_CASE("alloc.memory_fraction_cap") {
     auto device = std::make_shared<FakeDevice>(100 * kMiB);
     AllocatorConfig config;
     config.memory_fraction = 0.5;  // 50 MiB of the device's 100
-    CachingAllocator allocator(std::make_unique<FakeBackend>(device), config);
+    FakeBackend backend(device);
+    CachingAllocator allocator(backend, config);
 
     const Allocation a = allocator.allocate(4 * kMiB, 1);
     const Allocation b = allocator.allocate(4 * kMiB, 2);

@@ -302,7 +302,8 @@ TEST_CASE("alloc.oversize_blocks") {
 TEST_CASE("alloc.invalid_config") {
     auto make = [](const AllocatorConfig& config) {
         auto device = std::make_shared<cudarc::test::FakeDevice>();
-        cudarc::alloc::CachingAllocator a(std::make_unique<cudarc::test::FakeBackend>(device), config);
+        cudarc::test::FakeBackend backend(device);
+        cudarc::alloc::CachingAllocator a(backend, config);
     };
     AllocatorConfig config;
     config.max_split_size = 20 * kMiB - 1;

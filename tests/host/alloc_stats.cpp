@@ -172,7 +172,8 @@ TEST_CASE("alloc.bad_free_changes_nothing") {
 TEST_CASE("alloc.destructor_returns_everything") {
     auto device = std::make_shared<FakeDevice>();
     {
-        CachingAllocator allocator(std::make_unique<FakeBackend>(device));
+        FakeBackend backend(device);
+        CachingAllocator allocator(backend);
         const Allocation live = allocator.allocate(5 * kMiB, 1);
         const Allocation pending = allocator.allocate(kKiB, 2);
         const Allocation cached = allocator.allocate(40 * kMiB, 3);

@@ -19,10 +19,10 @@ inline constexpr std::size_t kMiB = std::size_t{1} << 20;
 // An allocator whose device the test can watch and steer.
 struct AllocatorOnFakeDevice {
     explicit AllocatorOnFakeDevice(std::size_t capacity = 1024 * kMiB, const AllocatorConfig& config = {})
-        : device(std::make_shared<FakeDevice>(capacity)),
-          allocator(std::make_unique<FakeBackend>(device), config) {}
+        : device(std::make_shared<FakeDevice>(capacity)), backend(device), allocator(backend, config) {}
 
     std::shared_ptr<FakeDevice> device;
+    FakeBackend backend;
     alloc::CachingAllocator allocator;
 };
 

@@ -15,9 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "alloc/caching_allocator.hpp"
+#include "alloc/caching_source.hpp"
 #include "bench.hpp"
-#include "core/caching_source.hpp"
 #include "core/device_state.hpp"
 #include "cudarc/cudarc.hpp"
 
@@ -216,7 +215,7 @@ int run_alloc(const AllocArgs& args) {
     }
     detail::DeviceState& state = *device.state();
     const sys::DriverApi& api = state.api();
-    auto* caching = dynamic_cast<detail::CachingResource*>(&state.memory());
+    auto* caching = dynamic_cast<alloc::CachingSource*>(&state.memory());
     if (caching == nullptr)
         throw Error("cudarc-bench alloc: the device's memory source is not the caching allocator");
     alloc::CachingAllocator& allocator = caching->allocator();

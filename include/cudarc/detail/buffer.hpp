@@ -19,7 +19,7 @@ namespace cudarc::detail {
 class DeviceState;
 class StreamState;
 class HazardTracker;
-class MemoryResource;
+class MemorySource;
 class HazardState;
 
 enum class Access { read, write };
@@ -174,12 +174,12 @@ class Buffer {
 
   private:
     friend void prefetch_to_device(Stream& stream, Buffer& buffer, DevicePtr ptr, std::size_t bytes);
-    Buffer(Stream& stream, std::size_t bytes, MemoryResource& source);
+    Buffer(Stream& stream, std::size_t bytes, MemorySource& source);
     void release() noexcept;
     void release_borrowed() noexcept;
 
     std::shared_ptr<DeviceState> device_;  // keeps the device (and its allocator) alive
-    MemoryResource* source_ = nullptr;     // owned: where the memory came from (the device state owns it)
+    MemorySource* source_ = nullptr;       // owned: where the memory came from (the device state owns it)
     DevicePtr ptr_ = 0;
     std::size_t bytes_ = 0;
     void* allocation_ = nullptr;  // the memory source's bookkeeping for this allocation

@@ -1,0 +1,222 @@
+#include "alloc/caching_source.hpp"
+
+#include "core/device_state.hpp"
+
+namespace cudarc::alloc {
+namespace {
+
+// Note [Stream identity] (core/device_state.hpp): blocks are cached under StreamState::key().
+sys::Stream stream_of_key(StreamKey key) noexcept {
+    if ((key & 1u) != 0) return reinterpret_cast<const detail::StreamState*>(key & ~StreamKey{1})->handle();
+    return reinterpret_cast<sys::Stream>(key);
+}
+
+}  // namespace
+
+CachingSource::CachingSource(detail::DeviceState& device, const AllocatorConfig& config)
+    : device_(device), allocator_(*this, config) {}
+
+// ---- detail::MemorySource --------------------------------------------------------------------------
+
+detail::MemoryBlock CachingSource::allocate(std::size_t bytes, detail::StreamState& stream) {
+    // Note: no block, not even a cached one, from a lost device (Note [Lost devices]).
+    if (device_.lost()) device_.throw_lost();
+    // Note [Capture overlay]: no cuMemAlloc from a capturing thread (it would invalidate the capture).
+    try {
+        const Allocation allocation = allocator_.allocate(
+            bytes, stream.key(),
+            detail::capture_on_this_thread() ? NewSegments::refused : NewSegments::allowed);
+        return {allocation.ptr, allocation.block};
+    } catch (...) {
+        device_.rethrow_current();
+    }
+}
+
+void CachingSource::deallocate(const detail::MemoryBlock& block, std::size_t bytes, detail::StreamState& home,
+                               std::vector<detail::StreamUse> uses) noexcept {
+    const Allocation allocation{block.ptr, bytes, static_cast<Block*>(block.handle)};
+    if (uses.empty()) {
+        // Note: the hot path: same-stream reuse needs no event and no list. (A retired foreign home's
+        // blocks were moved to the default stream, which waited for its final event.)
+        try {
+            allocator_.free(allocation);
+        } catch (...) {
+            defer_current();
+            free_after_host_wait(allocation);
+        }
+        return;
+    }
+    std::vector<PendingUse> pending;
+    bool freed = false;
+    try {
+        pending.reserve(uses.size() + 1);
+        for (detail::StreamUse& use : uses) {
+            if (use.stream.get() == &home) continue;  // same stream: reuse is ordered by the stream itself
+            if (use.event == nullptr) use.event = use.stream->mark();
+            pending.push_back({use.stream->event_key(), std::exchange(use.event, nullptr)});
+        }
+        allocator_.free(allocation, pending);
+        pending.clear();  // ownership of the events passed to the allocator
+        freed = true;
+    } catch (...) {
+        defer_current();
+    }
+    for (const auto& use : pending) device_.events().release(use.event);
+    for (detail::StreamUse& use : uses) device_.events().release(use.event);
+    if (!freed) free_after_host_wait(allocation);
+}
+
+void CachingSource::retire_stream(detail::StreamState& stream) noexcept {
+    // The default stream takes the retired stream's blocks over, after waiting for its final work.
+    detail::StreamState& heir = *device_.default_stream_state();
+    try {
+        stream.order_before(heir.handle());
+    } catch (const Error& error) {
+        device_.defer(error);
+        device_.synchronize_noexcept();
+    } catch (...) {
+        device_.synchronize_noexcept();
+    }
+    allocator_.retire_stream(stream.key(), heir.key());
+}
+
+std::optional<detail::SourceCaptureId> CachingSource::begin_capture(detail::StreamState& origin) {
+    return allocator_.notify_capture_begin(origin.key());
+}
+
+void CachingSource::join_capture(detail::SourceCaptureId capture, detail::StreamState& stream) {
+    allocator_.notify_capture_join(capture, stream.key());
+}
+
+void CachingSource::end_capture(detail::StreamState& origin) {
+    allocator_.notify_capture_end(origin.key());
+}
+
+void CachingSource::release_capture(detail::SourceCaptureId capture,
+                                    const std::shared_ptr<detail::StreamState>& last_stream) noexcept {
+    std::vector<PendingUse> after;
+    const auto scope = device_.bind_or_defer();
+    try {
+        if (last_stream) {
+            // Note: mark() first: for a stream taking part in a capture, it decides where the event is
+            // recorded, which event_key() then names. Note [Stream identity]: mark() works after the
+            // stream's wrapper is gone.
+            sys::Event event = last_stream->mark();
+            after.push_back({last_stream->event_key(), event});
+        }
+        allocator_.release_capture(capture, after);
+        return;
+    } catch (...) {
+        defer_current();
+    }
+    // No event: the kept memory may be in use by a replay; wait for the device before it is reused.
+    for (const auto& use : after) device_.events().release(use.event);
+    device_.synchronize_noexcept();
+    try {
+        allocator_.release_capture(capture);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): only a capture unknown to the allocator throws here
+    }
+}
+
+// Records the exception being handled for Device::rethrow_deferred_error.
+void CachingSource::defer_current() const noexcept {
+    try {
+        throw;
+    } catch (const Error& error) {
+        device_.defer(error);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory while describing the failure
+    }
+}
+
+// Note [Free after a failed record] (core/memory_source.hpp): a block that could not go back gated by an
+// event per use goes back after a host wait for the whole device, or (that failing) stays out of reach.
+void CachingSource::free_after_host_wait(const Allocation& allocation) noexcept {
+    try {
+        // Note: a failure to bind is deferred, and the wait tried anyway (the context is usually current).
+        const auto scope = device_.bind_or_defer();
+        device_.check(device_.api().ctx_synchronize(), "cuCtxSynchronize");
+        detail::AtomicCounters::bump(device_.counters().context_synchronizes);
+    } catch (const Error& error) {
+        device_.defer(error);
+        if (!device_.lost()) return;
+    } catch (...) {
+        return;
+    }
+    try {
+        allocator_.free_completed(allocation);
+    } catch (...) {
+        defer_current();
+    }
+}
+
+// ---- AllocatorBackend ------------------------------------------------------------------------------
+
+std::optional<DevicePtr> CachingSource::allocate_segment(std::size_t bytes) {
+    const sys::DriverApi& api = device_.api();
+    const auto scope = device_.bind();
+    DevicePtr ptr = 0;
+    const sys::Result result = sys::require(api, api.mem_alloc, "cuMemAlloc")(&ptr, bytes);
+    if (result == sys::kErrorOutOfMemory) return std::nullopt;
+    device_.check(result, "cuMemAlloc");
+    detail::AtomicCounters::bump(device_.counters().driver_allocations);
+    return ptr;
+}
+
+void CachingSource::free_segment(DevicePtr ptr, std::size_t /*bytes*/) {
+    const sys::DriverApi& api = device_.api();
+    const auto scope = device_.bind();
+    device_.check(sys::require(api, api.mem_free, "cuMemFree")(ptr), "cuMemFree");
+    detail::AtomicCounters::bump(device_.counters().driver_frees);
+}
+
+EventHandle CachingSource::record_event(StreamKey stream) {
+    const auto scope = device_.bind();
+    return device_.record_event(stream_of_key(stream));
+}
+
+bool CachingSource::event_completed(EventHandle event) {
+    const sys::DriverApi& api = device_.api();
+    const sys::Result result = sys::require(api, api.event_query, "cuEventQuery")(event);
+    if (result == sys::kErrorNotReady) return false;
+    device_.check(result, "cuEventQuery");
+    return true;
+}
+
+void CachingSource::synchronize_event(EventHandle event) {
+    const sys::DriverApi& api = device_.api();
+    detail::AtomicCounters::bump(device_.counters().event_synchronizes);
+    device_.check(sys::require(api, api.event_synchronize, "cuEventSynchronize")(event),
+                  "cuEventSynchronize");
+}
+
+void CachingSource::release_event(EventHandle event) noexcept {
+    device_.events().release(event);
+}
+
+bool CachingSource::stream_capturing(StreamKey stream) {
+    return sys::stream_is_capturing(device_.api(), stream_of_key(stream), device_.ordinal());
+}
+
+std::pair<std::size_t, std::size_t> CachingSource::memory_info() {
+    const sys::DriverApi& api = device_.api();
+    const auto scope = device_.bind();
+    std::size_t free_bytes = 0;
+    std::size_t total_bytes = 0;
+    device_.check(sys::require(api, api.mem_get_info, "cuMemGetInfo")(&free_bytes, &total_bytes),
+                  "cuMemGetInfo");
+    return {free_bytes, total_bytes};
+}
+
+int CachingSource::device_ordinal() const noexcept {
+    return device_.ordinal();
+}
+
+}  // namespace cudarc::alloc
+
+namespace cudarc::detail {
+
+std::unique_ptr<MemorySource> make_caching_source(DeviceState& device, const AllocatorConfig& config) {
+    return std::make_unique<alloc::CachingSource>(device, config);
+}
+
+}  // namespace cudarc::detail
