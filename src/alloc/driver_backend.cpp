@@ -12,9 +12,9 @@ class ScopedContext {
         : api_(api), hooks_(hooks) {
         if (context == nullptr || api.ctx_get_current == nullptr || api.ctx_set_current == nullptr) return;
         sys::Context current = nullptr;
-        sys::check(api, api.ctx_get_current(&current), "cuCtxGetCurrent", device);
+        sys::check(api, api.ctx_get_current(&current), sys::Entry::ctx_get_current, device);
         if (current == context) return;
-        sys::check(api, api.ctx_set_current(context), "cuCtxSetCurrent", device);
+        sys::check(api, api.ctx_set_current(context), sys::Entry::ctx_set_current, device);
         previous_ = current;
         restore_ = true;
     }
@@ -24,7 +24,7 @@ class ScopedContext {
         if (!restore_) return;
         const sys::Result result = api_.ctx_set_current(previous_);
         if (result != sys::kSuccess && hooks_.defer != nullptr)
-            hooks_.defer(hooks_.owner, result, "cuCtxSetCurrent");
+            hooks_.defer(hooks_.owner, result, sys::Entry::ctx_set_current);
     }
 
   private:
@@ -51,16 +51,17 @@ DriverBackend::DriverBackend(const sys::DriverApi& api, int device_ordinal, sys:
 std::optional<DevicePtr> DriverBackend::allocate_segment(std::size_t bytes) {
     ScopedContext scope(api_, context_, device_, hooks_);
     DevicePtr ptr = 0;
-    const sys::Result result = sys::require(api_, api_.mem_alloc, "cuMemAlloc")(&ptr, bytes);
+    const sys::Result result = sys::require(api_, api_.mem_alloc, sys::Entry::mem_alloc)(&ptr, bytes);
     if (result == sys::kErrorOutOfMemory) return std::nullopt;
-    sys::check(api_, result, "cuMemAlloc", device_);
+    sys::check(api_, result, sys::Entry::mem_alloc, device_);
     count(DriverBackendHooks::Call::driver_allocation);
     return ptr;
 }
 
 void DriverBackend::free_segment(DevicePtr ptr, std::size_t /*bytes*/) {
     ScopedContext scope(api_, context_, device_, hooks_);
-    sys::check(api_, sys::require(api_, api_.mem_free, "cuMemFree")(ptr), "cuMemFree", device_);
+    sys::check(api_, sys::require(api_, api_.mem_free, sys::Entry::mem_free)(ptr), sys::Entry::mem_free,
+               device_);
     count(DriverBackendHooks::Call::driver_free);
 }
 
@@ -69,16 +70,16 @@ EventHandle DriverBackend::record_event(StreamKey stream) {
 }
 
 bool DriverBackend::event_completed(EventHandle event) {
-    const sys::Result result = sys::require(api_, api_.event_query, "cuEventQuery")(event);
+    const sys::Result result = sys::require(api_, api_.event_query, sys::Entry::event_query)(event);
     if (result == sys::kErrorNotReady) return false;
-    sys::check(api_, result, "cuEventQuery", device_);
+    sys::check(api_, result, sys::Entry::event_query, device_);
     return true;
 }
 
 void DriverBackend::synchronize_event(EventHandle event) {
     count(DriverBackendHooks::Call::host_blocking_wait);
-    sys::check(api_, sys::require(api_, api_.event_synchronize, "cuEventSynchronize")(event),
-               "cuEventSynchronize", device_);
+    sys::check(api_, sys::require(api_, api_.event_synchronize, sys::Entry::event_synchronize)(event),
+               sys::Entry::event_synchronize, device_);
 }
 
 void DriverBackend::release_event(EventHandle event) noexcept {
@@ -95,8 +96,9 @@ std::pair<std::size_t, std::size_t> DriverBackend::memory_info() {
     ScopedContext scope(api_, context_, device_, hooks_);
     std::size_t free_bytes = 0;
     std::size_t total_bytes = 0;
-    sys::check(api_, sys::require(api_, api_.mem_get_info, "cuMemGetInfo")(&free_bytes, &total_bytes),
-               "cuMemGetInfo", device_);
+    sys::check(api_,
+               sys::require(api_, api_.mem_get_info, sys::Entry::mem_get_info)(&free_bytes, &total_bytes),
+               sys::Entry::mem_get_info, device_);
     return {free_bytes, total_bytes};
 }
 

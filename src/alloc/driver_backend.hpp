@@ -23,7 +23,7 @@ struct DriverBackendHooks {
     void (*count)(void* owner, Call call) noexcept = nullptr;
     // Optional: a failure nothing can throw (the previous context could not be put back), kept for the
     // device's Device::rethrow_deferred_error.
-    void (*defer)(void* owner, sys::Result result, const char* call) noexcept = nullptr;
+    void (*defer)(void* owner, sys::Result result, sys::Entry entry) noexcept = nullptr;
 };
 
 class DriverBackend final : public AllocatorBackend {
@@ -43,6 +43,7 @@ class DriverBackend final : public AllocatorBackend {
     [[nodiscard]] bool stream_capturing(StreamKey stream) override;
     [[nodiscard]] std::pair<std::size_t, std::size_t> memory_info() override;
     [[nodiscard]] int device_ordinal() const noexcept override { return device_; }
+    [[nodiscard]] Backend backend() const noexcept override { return api_.backend; }
 
   private:
     void count(DriverBackendHooks::Call call) const noexcept {

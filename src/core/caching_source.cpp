@@ -110,7 +110,7 @@ class CachingSource final : public CachingResource {
             // Note: a failure to bind is deferred, and the wait tried anyway (the context is usually
             // current).
             const auto scope = device_.bind_or_defer();
-            device_.check(device_.api().ctx_synchronize(), "cuCtxSynchronize");
+            device_.check(device_.api().ctx_synchronize(), sys::Entry::ctx_synchronize);
             AtomicCounters::bump(device_.counters().context_synchronizes);
         } catch (const Error& error) {
             device_.defer(error);
@@ -137,8 +137,8 @@ class CachingSource final : public CachingResource {
         hooks.release_event = [](void* owner, alloc::EventHandle event) noexcept {
             static_cast<DeviceState*>(owner)->events().release(event);
         };
-        hooks.defer = [](void* owner, sys::Result result, const char* call) noexcept {
-            static_cast<DeviceState*>(owner)->defer(result, call);
+        hooks.defer = [](void* owner, sys::Result result, sys::Entry entry) noexcept {
+            static_cast<DeviceState*>(owner)->defer(result, entry);
         };
         hooks.count = [](void* owner, alloc::DriverBackendHooks::Call call) noexcept {
             auto& counters = static_cast<DeviceState*>(owner)->counters();

@@ -76,8 +76,8 @@ DevicePtr as_device_ptr(const void* ptr) noexcept {
 }
 
 // ---- Adapters, in DriverApi's order ----
-// Errors name the HIP function each adapter calls: keep hip_function_names.cpp in step (Note [HIP
-// function names]).
+// Errors name the HIP function each adapter calls: keep the HIP names in src/sys/driver_entries.hpp in
+// step (Note [One driver list]).
 
 Result get_error_name(Result result, const char** name) {
     const char* text = hip_entry().get_error_name(result);
@@ -661,7 +661,7 @@ HipLoadReport load_hip_runtime_from(const std::vector<std::string>& candidates, 
         report.init_result = api.init(0);
         if (report.init_result != kSuccess) {
             report.stage = HipLoadStage::init_failed;
-            report.why = std::string(make_error(api, "hipInit", report.init_result, -1).what()) +
+            report.why = std::string(make_error(api, Entry::init, report.init_result, -1).what()) +
                          " (HIP runtime loaded from " + report.library_path +
                          "; is an AMD GPU present and /dev/kfd accessible to this user?)";
             return report;
