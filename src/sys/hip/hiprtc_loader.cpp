@@ -302,6 +302,7 @@ bool load_hiprtc_from(const std::vector<std::string>& candidates, RtcApi& api, s
         table.get_log_size = get_log_size;
         table.get_log = get_log;
         table.destroy_program = destroy_program;
+        table.known_targets = hiprtc_known_targets;
         table.library_path = library.resolved_path(reinterpret_cast<void*>(table.version));
         hiprtc.targets =
             hip::ComgrTargets::load(std::filesystem::path(table.library_path).parent_path().string());
