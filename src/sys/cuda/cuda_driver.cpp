@@ -59,38 +59,40 @@ class Resolver {
 }  // namespace
 
 bool load_cuda_driver(DriverApi& api, std::string& why) {
-    std::vector<std::string> attempts;
-    // Note: DynamicLibrary never dlcloses, so the resolved entry points stay valid after it goes out of
-    // scope.
-    const DynamicLibrary library = DynamicLibrary::open_first(driver_candidates(), attempts);
-    if (!library.loaded()) {
-        why = "the CUDA driver (libcuda.so.1) could not be loaded; tried: " + join_lines(attempts, "; ") +
-              ". Install the NVIDIA driver, or set CUDARC_CUDA_DRIVER to the library's path.";
-        return false;
-    }
-    Resolver resolve(library);
-    if (!resolve.usable()) {
-        why = library.path() + " has no cuGetProcAddress: the driver is older than CUDA 11.3";
-        return false;
-    }
-    api = DriverApi{};
-    api.backend = Backend::cuda;
-    // Note [One driver list]: each entry by its CUDA name, at its minimum version.
+    bool ok = false;
+    // The first libcuda that opens is taken: a newer one elsewhere would not match the kernel module.
+    const auto use = [&api, &why, &ok](const DynamicLibrary& library) -> std::string {
+        Resolver resolve(library);
+        if (!resolve.usable()) {
+            why = library.path() + " has no cuGetProcAddress: the driver is older than CUDA 11.3";
+            return {};
+        }
+        api = DriverApi{};
+        api.backend = Backend::cuda;
+        // Note [One driver list]: each entry by its CUDA name, at its minimum version.
 #define CUDARC_SYS_RESOLVE(field, cuda_name, hip_name, need, min_version, ...) \
     resolve(api.field, cuda_name, EntryNeed::need, min_version);
-    CUDARC_SYS_DRIVER_ENTRIES(CUDARC_SYS_RESOLVE)
+        CUDARC_SYS_DRIVER_ENTRIES(CUDARC_SYS_RESOLVE)
 #undef CUDARC_SYS_RESOLVE
-    if (!resolve.missing().empty()) {
-        why = library.path() + " lacks required entry points: " + join_lines(resolve.missing(), ", ");
-        return false;
-    }
-    const Result init = api.init(0);
-    if (init != kSuccess) {
-        why = make_error(api, Entry::init, init, -1).what();
-        why += " (driver loaded from " + library.path() + ")";
-        return false;
-    }
-    return true;
+        if (!resolve.missing().empty()) {
+            why = library.path() + " lacks required entry points: " + join_lines(resolve.missing(), ", ");
+            return {};
+        }
+        const Result init = api.init(0);
+        if (init != kSuccess) {
+            why = make_error(api, Entry::init, init, -1).what();
+            why += " (driver loaded from " + library.path() + ")";
+            return {};
+        }
+        ok = true;
+        return {};
+    };
+    std::vector<std::string> attempts;
+    // Note [Loading a vendor library]
+    if (DynamicLibrary::load_first(driver_candidates(), use, attempts)) return ok;
+    why = "the CUDA driver (libcuda.so.1) could not be loaded; tried: " + join_lines(attempts, "; ") +
+          ". Install the NVIDIA driver, or set CUDARC_CUDA_DRIVER to the library's path.";
+    return false;
 }
 
 }  // namespace cudarc::sys
