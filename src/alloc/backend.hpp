@@ -59,6 +59,9 @@ class AllocatorBackend {
     [[nodiscard]] virtual std::pair<std::size_t, std::size_t> memory_info() = 0;
     // The device ordinal, for error messages.
     [[nodiscard]] virtual int device_ordinal() const noexcept = 0;
+    // The device's backend, so that error messages name its driver functions (Note [One driver list]);
+    // test fakes stand for CUDA.
+    [[nodiscard]] virtual Backend backend() const noexcept { return Backend::cuda; }
 };
 
 }  // namespace cudarc::alloc

@@ -97,10 +97,10 @@ Allocation CachingAllocator::allocate(std::size_t bytes, StreamKey stream, NewSe
     } else if (new_segments == NewSegments::refused) {
         throw Error(fmt::format(
             "cudarc: allocating {} bytes inside a graph capture needs a new {} segment from the driver, and "
-            "cuMemAlloc would invalidate the capture; allocate buffers of this size on this stream once "
-            "before "
+            "{} would invalidate the capture; allocate buffers of this size on this stream once before "
             "capturing (freed blocks stay cached), or use MemorySource::stream_ordered",
-            bytes, small ? "small-pool" : "large-pool"));
+            bytes, small ? "small-pool" : "large-pool",
+            sys::entry_name(backend_->backend(), sys::Entry::mem_alloc)));
     } else {
         ++stats_.cache_misses;
         block = allocate_with_escalation(size, stream, small);

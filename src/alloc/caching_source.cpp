@@ -134,7 +134,7 @@ void CachingSource::free_after_host_wait(const Allocation& allocation) noexcept 
     try {
         // Note: a failure to bind is deferred, and the wait tried anyway (the context is usually current).
         const auto scope = device_.bind_or_defer();
-        device_.check(device_.api().ctx_synchronize(), "cuCtxSynchronize");
+        device_.check(device_.api().ctx_synchronize(), sys::Entry::ctx_synchronize);
         detail::AtomicCounters::bump(device_.counters().context_synchronizes);
     } catch (const Error& error) {
         device_.defer(error);
@@ -155,9 +155,9 @@ std::optional<DevicePtr> CachingSource::allocate_segment(std::size_t bytes) {
     const sys::DriverApi& api = device_.api();
     const auto scope = device_.bind();
     DevicePtr ptr = 0;
-    const sys::Result result = sys::require(api, api.mem_alloc, "cuMemAlloc")(&ptr, bytes);
+    const sys::Result result = sys::require(api, api.mem_alloc, sys::Entry::mem_alloc)(&ptr, bytes);
     if (result == sys::kErrorOutOfMemory) return std::nullopt;
-    device_.check(result, "cuMemAlloc");
+    device_.check(result, sys::Entry::mem_alloc);
     detail::AtomicCounters::bump(device_.counters().driver_allocations);
     return ptr;
 }
@@ -165,7 +165,7 @@ std::optional<DevicePtr> CachingSource::allocate_segment(std::size_t bytes) {
 void CachingSource::free_segment(DevicePtr ptr, std::size_t /*bytes*/) {
     const sys::DriverApi& api = device_.api();
     const auto scope = device_.bind();
-    device_.check(sys::require(api, api.mem_free, "cuMemFree")(ptr), "cuMemFree");
+    device_.check(sys::require(api, api.mem_free, sys::Entry::mem_free)(ptr), sys::Entry::mem_free);
     detail::AtomicCounters::bump(device_.counters().driver_frees);
 }
 
@@ -176,17 +176,17 @@ EventHandle CachingSource::record_event(StreamKey stream) {
 
 bool CachingSource::event_completed(EventHandle event) {
     const sys::DriverApi& api = device_.api();
-    const sys::Result result = sys::require(api, api.event_query, "cuEventQuery")(event);
+    const sys::Result result = sys::require(api, api.event_query, sys::Entry::event_query)(event);
     if (result == sys::kErrorNotReady) return false;
-    device_.check(result, "cuEventQuery");
+    device_.check(result, sys::Entry::event_query);
     return true;
 }
 
 void CachingSource::synchronize_event(EventHandle event) {
     const sys::DriverApi& api = device_.api();
     detail::AtomicCounters::bump(device_.counters().event_synchronizes);
-    device_.check(sys::require(api, api.event_synchronize, "cuEventSynchronize")(event),
-                  "cuEventSynchronize");
+    device_.check(sys::require(api, api.event_synchronize, sys::Entry::event_synchronize)(event),
+                  sys::Entry::event_synchronize);
 }
 
 void CachingSource::release_event(EventHandle event) noexcept {
@@ -202,13 +202,17 @@ std::pair<std::size_t, std::size_t> CachingSource::memory_info() {
     const auto scope = device_.bind();
     std::size_t free_bytes = 0;
     std::size_t total_bytes = 0;
-    device_.check(sys::require(api, api.mem_get_info, "cuMemGetInfo")(&free_bytes, &total_bytes),
-                  "cuMemGetInfo");
+    device_.check(sys::require(api, api.mem_get_info, sys::Entry::mem_get_info)(&free_bytes, &total_bytes),
+                  sys::Entry::mem_get_info);
     return {free_bytes, total_bytes};
 }
 
 int CachingSource::device_ordinal() const noexcept {
     return device_.ordinal();
+}
+
+Backend CachingSource::backend() const noexcept {
+    return device_.api().backend;
 }
 
 }  // namespace cudarc::alloc

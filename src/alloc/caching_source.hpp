@@ -47,6 +47,7 @@ class CachingSource final : public detail::MemorySource, private AllocatorBacken
     [[nodiscard]] bool stream_capturing(StreamKey stream) override;
     [[nodiscard]] std::pair<std::size_t, std::size_t> memory_info() override;
     [[nodiscard]] int device_ordinal() const noexcept override;
+    [[nodiscard]] Backend backend() const noexcept override;
 
     void defer_current() const noexcept;
     void free_after_host_wait(const Allocation& allocation) noexcept;

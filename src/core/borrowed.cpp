@@ -31,7 +31,8 @@ Buffer borrow_memory(const Device& device, DevicePtr ptr, std::size_t count, std
         int attributes[] = {sys::kPointerAttributeMemoryType, sys::kPointerAttributeContext,
                             sys::kPointerAttributeDeviceOrdinal, sys::kPointerAttributeIsManaged};
         void* data[] = {&memory_type, &context, &ordinal, &managed};
-        state->check(api.pointer_get_attributes(4, attributes, data, ptr), "cuPointerGetAttributes");
+        state->check(api.pointer_get_attributes(4, attributes, data, ptr),
+                     sys::Entry::pointer_get_attributes);
         if (managed == 0 && memory_type != sys::kMemoryTypeDevice) {
             throw Error(fmt::format(
                 "cudarc::BorrowedSlice: {:#x} is not device memory ({}); borrow memory from cuMemAlloc, "
@@ -56,11 +57,12 @@ Buffer borrow_memory(const Device& device, DevicePtr ptr, std::size_t count, std
         const sys::Result r = api.mem_get_address_range(&base, &size, ptr);
         // Note [Lost devices]: a sticky error is the device's, not the pointer's.
         if (r != sys::kSuccess && (sys::is_sticky_error(r) || state->lost()))
-            state->throw_error(r, "cuMemGetAddressRange");
+            state->throw_error(r, sys::Entry::mem_get_address_range);
         if (r != sys::kSuccess) {
             throw Error(fmt::format(
                 "cudarc::BorrowedSlice: {:#x} is inside no allocation of device {} ({})", ptr,
-                device.ordinal(), sys::make_error(api, "cuMemGetAddressRange", r, device.ordinal()).what()));
+                device.ordinal(),
+                sys::make_error(api, sys::Entry::mem_get_address_range, r, device.ordinal()).what()));
         }
         const std::size_t left = static_cast<std::size_t>(base + size - ptr);
         if (bytes > left) {

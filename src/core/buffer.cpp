@@ -129,7 +129,7 @@ void HazardTracker::rerecord_events(sys::Stream stream) noexcept {
         if (slot.event == nullptr) continue;
         DeviceState& device = slot.stream->device();
         if (device.api().event_record(slot.event, stream) != sys::kSuccess) {
-            device.defer(device.api().event_destroy(slot.event), "cuEventDestroy");
+            device.defer(device.api().event_destroy(slot.event), sys::Entry::event_destroy);
             slot.event = nullptr;
         }
     }
@@ -498,7 +498,7 @@ void complete_copy_to_host(DeviceState& device, sys::Stream stream, const void* 
     // Note [Pageable copies already block]
     const sys::DriverApi& api = device.api();
     if (always_synchronize || !pageable(api, dst)) {
-        device.check(api.stream_synchronize(stream), "cuStreamSynchronize");
+        device.check(api.stream_synchronize(stream), sys::Entry::stream_synchronize);
         AtomicCounters::bump(device.counters().stream_synchronizes);
     } else {
         AtomicCounters::bump(device.counters().blocking_copies);
@@ -525,7 +525,8 @@ void copy_host_to_device(Stream& stream, Buffer& dst, DevicePtr dst_ptr, const v
     prepare_access(stream, dst, dst_ptr, bytes, Access::write);
     DeviceState& device = stream.state().device();
     const auto scope = device.bind();
-    device.check(device.api().memcpy_htod_async(dst_ptr, src, bytes, stream.native()), "cuMemcpyHtoDAsync");
+    device.check(device.api().memcpy_htod_async(dst_ptr, src, bytes, stream.native()),
+                 sys::Entry::memcpy_htod_async);
     finish_access(stream, dst);
 }
 
@@ -539,7 +540,7 @@ void copy_device_to_host(Stream& stream, void* dst, Buffer& src, DevicePtr src_p
     DeviceState& device = stream.state().device();
     const auto scope = device.bind();
     const sys::DriverApi& api = device.api();
-    device.check(api.memcpy_dtoh_async(dst, src_ptr, bytes, stream.native()), "cuMemcpyDtoHAsync");
+    device.check(api.memcpy_dtoh_async(dst, src_ptr, bytes, stream.native()), sys::Entry::memcpy_dtoh_async);
     finish_access(stream, src);
     // Note [Pageable copies already block]
     complete_copy_to_host(device, stream.native(), dst, src.managed());
@@ -557,7 +558,7 @@ void copy_device_to_device(Stream& stream, Buffer& dst, DevicePtr dst_ptr, Buffe
     DeviceState& device = stream.state().device();
     const auto scope = device.bind();
     device.check(device.api().memcpy_dtod_async(dst_ptr, src_ptr, bytes, stream.native()),
-                 "cuMemcpyDtoDAsync");
+                 sys::Entry::memcpy_dtod_async);
     finish_access(stream, src);
     finish_access(stream, dst);
 }
@@ -571,9 +572,10 @@ void memset_bytes(Stream& stream, Buffer& dst, DevicePtr dst_ptr, unsigned char 
         // Note: 32-bit stores fill large buffers faster than byte stores.
         const unsigned word = value * 0x01010101u;
         device.check(device.api().memset_d32_async(dst_ptr, word, bytes / 4, stream.native()),
-                     "cuMemsetD32Async");
+                     sys::Entry::memset_d32_async);
     } else {
-        device.check(device.api().memset_d8_async(dst_ptr, value, bytes, stream.native()), "cuMemsetD8Async");
+        device.check(device.api().memset_d8_async(dst_ptr, value, bytes, stream.native()),
+                     sys::Entry::memset_d8_async);
     }
     finish_access(stream, dst);
 }

@@ -311,7 +311,7 @@ void CaptureSession::finish() noexcept {
         if (d.api().event_record(event, origin_->handle()) == sys::kSuccess) {
             d.events().release(event);
         } else {
-            d.defer(d.api().event_destroy(event), "cuEventDestroy");
+            d.defer(d.api().event_destroy(event), sys::Entry::event_destroy);
         }
     }
     kept_events_.clear();

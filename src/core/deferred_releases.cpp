@@ -33,7 +33,7 @@ void DeferredReleases::add(std::vector<sys::Event> events, ReleaseHook hook) noe
     {
         const auto scope = device_.bind_or_defer();
         for (sys::Event event : events) {
-            device_.defer(device_.api().event_synchronize(event), "cuEventSynchronize");
+            device_.defer(device_.api().event_synchronize(event), sys::Entry::event_synchronize);
             AtomicCounters::bump(device_.counters().event_synchronizes);
         }
     }
@@ -57,7 +57,7 @@ void DeferredReleases::poll_slow() noexcept {
                 }
                 // Note: an error here (a sticky device error, say) will never turn into completion; the
                 // hook runs now rather than never, and the error is kept for rethrow_deferred_error.
-                device_.defer(r, "cuEventQuery");
+                device_.defer(r, sys::Entry::event_query);
             }
             if (!complete) {
                 ++i;
@@ -88,7 +88,7 @@ void DeferredReleases::drain() noexcept {
         const auto scope = device_.bind_or_defer();
         for (Entry& entry : all) {
             for (sys::Event event : entry.events) {
-                device_.defer(device_.api().event_synchronize(event), "cuEventSynchronize");
+                device_.defer(device_.api().event_synchronize(event), sys::Entry::event_synchronize);
                 AtomicCounters::bump(device_.counters().event_synchronizes);
             }
         }

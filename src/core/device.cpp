@@ -11,7 +11,6 @@
 #include "core/device_state.hpp"
 #include "core/managed_source.hpp"
 #include "core/stream_ordered_source.hpp"
-#include "sys/hip/hip_runtime_loader.hpp"
 
 namespace cudarc {
 namespace detail {
@@ -39,15 +38,15 @@ DeviceState::DeviceState(const sys::DriverApi& api, int ordinal, const DeviceOpt
       ordinal_(ordinal),
       generation_(next_generation.fetch_add(1, std::memory_order_relaxed)),
       memory_source_(options.memory_source) {
-    check(api_.device_get(&device_, ordinal), "cuDeviceGet");
-    check(api_.device_primary_ctx_retain(&context_, device_), "cuDevicePrimaryCtxRetain");
+    check(api_.device_get(&device_, ordinal), sys::Entry::device_get);
+    check(api_.device_primary_ctx_retain(&context_, device_), sys::Entry::device_primary_ctx_retain);
     try {
         const ContextScope scope = bind();
         check(api_.ctx_get_stream_priority_range(&priority_low_, &priority_high_),
-              "cuCtxGetStreamPriorityRange");
+              sys::Entry::ctx_get_stream_priority_range);
         sys::Stream handle = nullptr;
         check(api_.stream_create_with_priority(&handle, sys::kStreamNonBlocking, 0),
-              "cuStreamCreateWithPriority");
+              sys::Entry::stream_create_with_priority);
         auto state = std::make_shared<StreamState>(*this, handle, StreamOwnership::owned, 0);
         default_stream_ = std::make_unique<Stream>(nullptr, std::move(state), nullptr);
         memory_ = make_memory_source(*this, options);
@@ -98,9 +97,9 @@ ContextScope::ContextScope(const DeviceState& device, std::nothrow_t) noexcept :
 }
 
 void ContextScope::enter(sys::Result query, sys::Context current) {
-    if (query != sys::kSuccess) device_->throw_error(query, "cuCtxGetCurrent");
+    if (query != sys::kSuccess) device_->throw_error(query, sys::Entry::ctx_get_current);
     const sys::Result set = device_->api_.ctx_set_current(device_->context_);
-    if (set != sys::kSuccess) device_->throw_error(set, "cuCtxSetCurrent");
+    if (set != sys::kSuccess) device_->throw_error(set, sys::Entry::ctx_set_current);
     // Note: an empty thread keeps the device's context (see Note [Context scope]).
     if (current != nullptr) {
         previous_ = current;
@@ -110,7 +109,7 @@ void ContextScope::enter(sys::Result query, sys::Context current) {
 
 void ContextScope::leave() noexcept {
     const sys::Result result = device_->api_.ctx_set_current(previous_);
-    device_->defer(result, "cuCtxSetCurrent");
+    device_->defer(result, sys::Entry::ctx_set_current);
 }
 
 // Note [Lost devices]
@@ -138,8 +137,8 @@ void DeviceState::throw_lost() const {
     throw DeviceLost(*cause);
 }
 
-void DeviceState::throw_error(sys::Result result, const char* call) const {
-    throw_error(sys::make_error(api_, call, result, ordinal_));
+void DeviceState::throw_error(sys::Result result, sys::Entry entry, std::string_view context) const {
+    throw_error(sys::make_error(api_, entry, result, ordinal_, context));
 }
 
 void DeviceState::throw_error(const Error& error) const {
@@ -160,10 +159,10 @@ void DeviceState::rethrow_current() const {
     }
 }
 
-void DeviceState::defer(sys::Result result, const char* call) const noexcept {
+void DeviceState::defer(sys::Result result, sys::Entry entry) const noexcept {
     if (result == sys::kSuccess) return;
     try {
-        defer(sys::make_error(api_, call, result, ordinal_));
+        defer(sys::make_error(api_, entry, result, ordinal_));
     } catch (...) {
         // Out of memory while recording an error: nothing better to do than drop it.
     }
@@ -180,7 +179,7 @@ void DeviceState::defer(const Error& error) const noexcept {
 
 void DeviceState::synchronize_noexcept() noexcept {
     const ContextScope scope = bind_or_defer();
-    defer(api_.ctx_synchronize(), "cuCtxSynchronize");
+    defer(api_.ctx_synchronize(), sys::Entry::ctx_synchronize);
     AtomicCounters::bump(counters_.context_synchronizes);
 }
 
@@ -205,26 +204,26 @@ sys::Event DeviceState::record_event(sys::Stream stream) {
     const sys::Result r = api_.event_record(event, stream);
     if (r != sys::kSuccess) {
         events_.release(event);
-        check(r, "cuEventRecord");
+        check(r, sys::Entry::event_record);
     }
     AtomicCounters::bump(counters_.events_recorded);
     return event;
 }
 
 void DeviceState::record_into(sys::Event event, sys::Stream stream) {
-    check(api_.event_record(event, stream), "cuEventRecord");
+    check(api_.event_record(event, stream), sys::Entry::event_record);
     AtomicCounters::bump(counters_.events_recorded);
 }
 
 void DeviceState::wait_event(sys::Stream waiter, sys::Event event) {
-    check(api_.stream_wait_event(waiter, event, 0), "cuStreamWaitEvent");
+    check(api_.stream_wait_event(waiter, event, 0), sys::Entry::stream_wait_event);
     AtomicCounters::bump(counters_.cross_stream_waits);
 }
 
 std::shared_ptr<DeviceState> DeviceState::open(int ordinal, const DeviceOptions& options) {
     const sys::DriverApi& api = sys::driver();
     int count = 0;
-    sys::check(api, api.device_get_count(&count), "cuDeviceGetCount");
+    sys::check(api, api.device_get_count(&count), sys::Entry::device_get_count);
     if (ordinal < 0 || ordinal >= count) {
         throw Error(
             fmt::format("cudarc: device ordinal {} is out of range: {} {} device(s) visible (valid: 0..{})",
@@ -247,7 +246,7 @@ using detail::DeviceState;
 int Device::count() {
     const sys::DriverApi& api = sys::driver();
     int count = 0;
-    sys::check(api, api.device_get_count(&count), "cuDeviceGetCount");
+    sys::check(api, api.device_get_count(&count), sys::Entry::device_get_count);
     return count;
 }
 
@@ -262,7 +261,7 @@ bool Device::available() noexcept {
 int Device::driver_version() {
     const sys::DriverApi& api = sys::driver();
     int version = 0;
-    sys::check(api, api.driver_get_version(&version), "cuDriverGetVersion");
+    sys::check(api, api.driver_get_version(&version), sys::Entry::driver_get_version);
     return version;
 }
 
@@ -283,13 +282,13 @@ Backend Device::backend() const noexcept {
 std::string Device::name() const {
     char name[256] = {};
     state_->check(state_->api().device_get_name(name, static_cast<int>(sizeof(name) - 1), state_->device()),
-                  "cuDeviceGetName");
+                  sys::Entry::device_get_name);
     return name;
 }
 
 std::array<unsigned char, 16> Device::uuid() const {
     sys::Uuid raw{};
-    state_->check(state_->api().device_get_uuid(&raw, state_->device()), "cuDeviceGetUuid");
+    state_->check(state_->api().device_get_uuid(&raw, state_->device()), sys::Entry::device_get_uuid);
     std::array<unsigned char, 16> out{};
     for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<unsigned char>(raw.bytes[i]);
     return out;
@@ -308,14 +307,14 @@ std::string Device::uuid_string() const {
 std::string Device::pci_bus_id() const {
     char id[64] = {};
     state_->check(state_->api().device_get_pci_bus_id(id, static_cast<int>(sizeof(id) - 1), state_->device()),
-                  "cuDeviceGetPCIBusId");
+                  sys::Entry::device_get_pci_bus_id);
     return id;
 }
 
 int Device::attribute(int cu_device_attribute) const {
     int value = 0;
     state_->check(state_->api().device_get_attribute(&value, cu_device_attribute, state_->device()),
-                  "cuDeviceGetAttribute");
+                  sys::Entry::device_get_attribute);
     return value;
 }
 
@@ -339,14 +338,14 @@ int Device::multiprocessor_count() const {
 
 std::size_t Device::total_memory() const {
     std::size_t bytes = 0;
-    state_->check(state_->api().device_total_mem(&bytes, state_->device()), "cuDeviceTotalMem");
+    state_->check(state_->api().device_total_mem(&bytes, state_->device()), sys::Entry::device_total_mem);
     return bytes;
 }
 
 MemoryInfo Device::memory_info() const {
     const detail::ContextScope scope = state_->bind();
     MemoryInfo info;
-    state_->check(state_->api().mem_get_info(&info.free, &info.total), "cuMemGetInfo");
+    state_->check(state_->api().mem_get_info(&info.free, &info.total), sys::Entry::mem_get_info);
     return info;
 }
 
@@ -359,7 +358,7 @@ void Device::synchronize() const {
                               "it would wait for work the capture records without running");
     {
         const detail::ContextScope scope = state_->bind();
-        state_->check(state_->api().ctx_synchronize(), "cuCtxSynchronize");
+        state_->check(state_->api().ctx_synchronize(), sys::Entry::ctx_synchronize);
         detail::AtomicCounters::bump(state_->counters().context_synchronizes);
     }
     state_->releases().poll();  // Note [Deferred release]: hooks run in the caller's own context

@@ -144,13 +144,14 @@ class DeviceState : public std::enable_shared_from_this<DeviceState> {
     // Waits on the host for all of the device's work (counted): the fallback when an ordering that should
     // be enqueued could not be. Never throws.
     void synchronize_noexcept() noexcept;
-    // Throws the named error for a failing call on this device (DeviceLost for a sticky error, and for any
-    // failure once the device is lost).
-    void check(sys::Result result, const char* call) const {
+    // Throws the named error for a failing call of `entry` on this device (DeviceLost for a sticky error,
+    // and for any failure once the device is lost). The error names the backend's function (Note [One
+    // driver list]), followed by `context` as given (" (kernel 'saxpy')").
+    void check(sys::Result result, sys::Entry entry) const {
         if (result != sys::kSuccess) [[unlikely]]
-            throw_error(result, call);
+            throw_error(result, entry);
     }
-    [[noreturn]] void throw_error(sys::Result result, const char* call) const;
+    [[noreturn]] void throw_error(sys::Result result, sys::Entry entry, std::string_view context = {}) const;
     // Throws `error`, a driver error of a call on this device, or DeviceLost in its place when the error is
     // sticky or the device is already lost (see Note [Lost devices]).
     [[noreturn]] void throw_error(const Error& error) const;
@@ -163,7 +164,7 @@ class DeviceState : public std::enable_shared_from_this<DeviceState> {
     [[noreturn]] void throw_lost() const;
     // For destructors: records the first failure so the next Device call can rethrow it (a sticky one also
     // loses the device).
-    void defer(sys::Result result, const char* call) const noexcept;
+    void defer(sys::Result result, sys::Entry entry) const noexcept;
     void defer(const Error& error) const noexcept;
     void rethrow_deferred_error();
 

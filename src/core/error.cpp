@@ -33,7 +33,7 @@ std::string describe_call(const std::string& api, int result, const std::string&
 Error::Error(std::string api, int result, std::string result_name, std::string result_text, int device,
              Backend backend)
     // On HIP, the HIP function that was called, not the CUDA entry point call sites name
-    // (Note [HIP function names]); the message and api() agree.
+    // (Note [One driver list]); the message and api() agree.
     : std::runtime_error(describe_call(sys::backend_function_name(backend, api), result, result_name,
                                        result_text, device, backend)),
       api_(sys::backend_function_name(backend, api)),

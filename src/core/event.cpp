@@ -16,7 +16,7 @@ Event::Event(const Device& device, EventTiming timing) : device_(device.state())
         event_ = device_->events().acquire();
     } else {
         const auto scope = device_->bind();
-        device_->check(device_->api().event_create(&event_, sys::kEventDefault), "cuEventCreate");
+        device_->check(device_->api().event_create(&event_, sys::kEventDefault), sys::Entry::event_create);
     }
 }
 
@@ -48,7 +48,7 @@ void Event::release() noexcept {
         device_->events().release(event_);
     } else {
         const auto scope = device_->bind_or_defer();
-        device_->defer(device_->api().event_destroy(event_), "cuEventDestroy");
+        device_->defer(device_->api().event_destroy(event_), sys::Entry::event_destroy);
     }
     event_ = nullptr;
 }
@@ -58,7 +58,7 @@ void Event::record(Stream& stream) {
         throw Error("cudarc: Event::record: the stream belongs to another device than the event");
     }
     const auto scope = device_->bind();
-    device_->check(device_->api().event_record(event_, stream.native()), "cuEventRecord");
+    device_->check(device_->api().event_record(event_, stream.native()), sys::Entry::event_record);
     detail::AtomicCounters::bump(device_->counters().events_recorded);
     // Note [Capture overlay]: an event recorded inside a capture is a point of the captured work only.
     const detail::CaptureSession* capture = stream.state().capture();
@@ -80,14 +80,14 @@ bool Event::query() const {
     const auto scope = device_->bind();
     const sys::Result r = device_->api().event_query(event_);
     if (r == sys::kErrorNotReady) return false;
-    device_->check(r, "cuEventQuery");
+    device_->check(r, sys::Entry::event_query);
     return true;
 }
 
 void Event::synchronize() const {
     refuse_if_captured("Event::synchronize");
     const auto scope = device_->bind();
-    device_->check(device_->api().event_synchronize(event_), "cuEventSynchronize");
+    device_->check(device_->api().event_synchronize(event_), sys::Entry::event_synchronize);
     detail::AtomicCounters::bump(device_->counters().event_synchronizes);
 }
 
@@ -98,7 +98,7 @@ float Event::elapsed_ms(const Event& start, const Event& end) {
     float ms = 0.0f;
     const auto scope = start.device_->bind();
     start.device_->check(start.device_->api().event_elapsed_time(&ms, start.event_, end.event_),
-                         "cuEventElapsedTime");
+                         sys::Entry::event_elapsed_time);
     return ms;
 }
 

@@ -20,7 +20,7 @@ sys::Event EventPool::acquire() {
     }
     const auto scope = device_.bind();
     sys::Event event = nullptr;
-    device_.check(device_.api().event_create(&event, sys::kEventDisableTiming), "cuEventCreate");
+    device_.check(device_.api().event_create(&event, sys::kEventDisableTiming), sys::Entry::event_create);
     return event;
 }
 
@@ -33,7 +33,7 @@ void EventPool::release(sys::Event event) noexcept {
         std::lock_guard lock(mutex_);
         free_.push_back(event);
     } catch (...) {
-        device_.defer(device_.api().event_destroy(event), "cuEventDestroy");
+        device_.defer(device_.api().event_destroy(event), sys::Entry::event_destroy);
     }
 }
 
@@ -43,7 +43,8 @@ void EventPool::clear() noexcept {
         std::lock_guard lock(mutex_);
         events.swap(free_);
     }
-    for (sys::Event event : events) device_.defer(device_.api().event_destroy(event), "cuEventDestroy");
+    for (sys::Event event : events)
+        device_.defer(device_.api().event_destroy(event), sys::Entry::event_destroy);
 }
 
 }  // namespace cudarc::detail

@@ -38,8 +38,8 @@ class GraphState {
         release_capture(*device_, capture_, last_stream_);
         const sys::DriverApi& api = device_->api();
         // Note: an executable graph still running is freed by the driver once it completes.
-        if (exec_ != nullptr) device_->defer(api.graph_exec_destroy(exec_), "cuGraphExecDestroy");
-        if (graph_ != nullptr) device_->defer(api.graph_destroy(graph_), "cuGraphDestroy");
+        if (exec_ != nullptr) device_->defer(api.graph_exec_destroy(exec_), sys::Entry::graph_exec_destroy);
+        if (graph_ != nullptr) device_->defer(api.graph_destroy(graph_), sys::Entry::graph_destroy);
     }
 
     void launch(Stream& stream) {
@@ -64,7 +64,7 @@ class GraphState {
             for (const GraphRange& r : use.ranges)
                 use.link->state->before_access(s, r.begin, r.end - r.begin, r.access);
         }
-        device_->check(device_->api().graph_launch(exec_, s.handle()), "cuGraphLaunch");
+        device_->check(device_->api().graph_launch(exec_, s.handle()), sys::Entry::graph_launch);
         for (const GraphBufferUse& use : uses_) use.link->state->after_access(s);
         last_stream_ = stream.shared_state();
         release_prerequisites();
@@ -74,8 +74,8 @@ class GraphState {
         StreamState& s = checked_stream(stream, "Graph::upload");
         const sys::DriverApi& api = device_->api();
         const auto scope = device_->bind();
-        device_->check(sys::require(api, api.graph_upload, "cuGraphUpload")(exec_, s.handle()),
-                       "cuGraphUpload");
+        device_->check(sys::require(api, api.graph_upload, sys::Entry::graph_upload)(exec_, s.handle()),
+                       sys::Entry::graph_upload);
     }
 
     GraphUpdate update(GraphState& newer) {
@@ -112,8 +112,8 @@ class GraphState {
         const sys::DriverApi& api = device_->api();
         const auto scope = device_->bind();
         device_->check(
-            sys::require(api, api.graph_instantiate, "cuGraphInstantiateWithFlags")(&exec_, graph_, 0),
-            "cuGraphInstantiateWithFlags");
+            sys::require(api, api.graph_instantiate, sys::Entry::graph_instantiate)(&exec_, graph_, 0),
+            sys::Entry::graph_instantiate);
     }
 
     [[nodiscard]] std::vector<GraphAccess> accesses() const {
@@ -176,9 +176,9 @@ void begin_capture(Stream& stream) {
     std::unique_ptr<CaptureSession> session;
     try {
         session = std::make_unique<CaptureSession>(origin, id);  // records the pre-capture mark
-        device.check(sys::require(api, api.stream_begin_capture, "cuStreamBeginCapture")(
+        device.check(sys::require(api, api.stream_begin_capture, sys::Entry::stream_begin_capture)(
                          origin.handle(), sys::kStreamCaptureModeThreadLocal),
-                     "cuStreamBeginCapture");
+                     sys::Entry::stream_begin_capture);
     } catch (...) {
         session.reset();  // leaves the capture it never began
         if (id) {
@@ -253,10 +253,10 @@ Graph end_capture(Stream& stream, Instantiate instantiate) {
     const auto scope = device.bind_or_defer();  // as in end_session: the failure paths below must run
     const std::optional<SourceCaptureId> id = session->source_capture();
     sys::GraphExec exec = nullptr;
-    const char* failed = "cuStreamEndCapture";
+    sys::Entry failed = sys::Entry::stream_end_capture;
     if (result == sys::kSuccess && instantiate == Instantiate::yes) {
         const sys::DriverApi& api = device.api();
-        failed = "cuGraphInstantiateWithFlags";
+        failed = sys::Entry::graph_instantiate;
         result = api.graph_instantiate != nullptr ? api.graph_instantiate(&exec, graph, 0)
                                                   : sys::kErrorNotSupported;
     }
@@ -278,7 +278,7 @@ void abandon_capture(Stream& stream) noexcept {
     if (graph != nullptr) {
         // The driver ended the capture with a graph that nothing will launch.
         const auto scope = device.bind_or_defer();
-        device.defer(device.api().graph_destroy(graph), "cuGraphDestroy");
+        device.defer(device.api().graph_destroy(graph), sys::Entry::graph_destroy);
     }
     release_capture(device, session->source_capture(), nullptr);
 }

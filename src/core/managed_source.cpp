@@ -20,25 +20,23 @@ class ManagedSource final : public MemorySource {
         // invalidate the capture.
         if (capture_on_this_thread()) {
             throw Error(
-                fmt::format("cudarc: allocating {} bytes of managed memory inside a graph capture: "
-                            "cuMemAllocManaged would "
+                fmt::format("cudarc: allocating {} bytes of managed memory inside a graph capture: {} would "
                             "invalidate the capture; allocate it before capturing (nothing was done, and the "
-                            "capture goes "
-                            "on)",
-                            bytes));
+                            "capture goes on)",
+                            bytes, sys::entry_name(device_.api().backend, sys::Entry::mem_alloc_managed)));
         }
         const sys::DriverApi& api = device_.api();
         const auto scope = device_.bind();  // throws DeviceLost for a lost device
         DevicePtr ptr = 0;
-        const sys::Result r =
-            sys::require(api, api.mem_alloc_managed, "cuMemAllocManaged")(&ptr, bytes, sys::kMemAttachGlobal);
+        const sys::Result r = sys::require(api, api.mem_alloc_managed, sys::Entry::mem_alloc_managed)(
+            &ptr, bytes, sys::kMemAttachGlobal);
         if (r == sys::kErrorOutOfMemory) {
             out_of_memory_errors_.fetch_add(1, std::memory_order_relaxed);
             const AllocatorStats figures = stats();
             throw make_out_of_memory(device_, bytes, figures.allocated_bytes, figures.reserved_bytes,
                                      "cudarc's managed memory");
         }
-        device_.check(r, "cuMemAllocManaged");
+        device_.check(r, sys::Entry::mem_alloc_managed);
         AtomicCounters::bump(device_.counters().driver_allocations);
         live_allocations_.fetch_add(1, std::memory_order_relaxed);
         live_bytes_.fetch_add(bytes, std::memory_order_relaxed);
@@ -57,7 +55,7 @@ class ManagedSource final : public MemorySource {
             if (uses.empty()) uses.push_back({home.shared_from_this(), nullptr});
             for (StreamUse& use : uses) {
                 if (use.event == nullptr) use.event = use.stream->mark();
-                device_.check(api.event_synchronize(use.event), "cuEventSynchronize");
+                device_.check(api.event_synchronize(use.event), sys::Entry::event_synchronize);
                 AtomicCounters::bump(device_.counters().event_synchronizes);
             }
             waited = true;
@@ -72,11 +70,11 @@ class ManagedSource final : public MemorySource {
                 AtomicCounters::bump(device_.counters().context_synchronizes);
                 waited = true;
             } else {
-                device_.defer(synchronized, "cuCtxSynchronize");
+                device_.defer(synchronized, sys::Entry::ctx_synchronize);
             }
         }
         if (waited || device_.lost()) {
-            device_.defer(api.mem_free(block.ptr), "cuMemFree");
+            device_.defer(api.mem_free(block.ptr), sys::Entry::mem_free);
             AtomicCounters::bump(device_.counters().driver_frees);
             live_allocations_.fetch_sub(1, std::memory_order_relaxed);
             live_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
@@ -92,7 +90,7 @@ class ManagedSource final : public MemorySource {
         if (!prefetches_ || bytes == 0) return;
         const auto scope = device_.bind();
         device_.check(device_.api().mem_prefetch_async(ptr, bytes, device_.device(), stream.handle()),
-                      "cuMemPrefetchAsync");
+                      sys::Entry::mem_prefetch_async);
     }
 
     // The bytes of live managed allocations (nothing is cached: reserved is allocated), for the figures of
@@ -121,7 +119,7 @@ bool supports_managed_memory(const DeviceState& device) {
     if (api.mem_alloc_managed == nullptr || api.mem_prefetch_async == nullptr) return false;
     int concurrent = 0;
     device.check(api.device_get_attribute(&concurrent, sys::attr::kConcurrentManagedAccess, device.device()),
-                 "cuDeviceGetAttribute");
+                 sys::Entry::device_get_attribute);
     return concurrent != 0;
 }
 

@@ -33,7 +33,7 @@ void order_uses_on_own_device(DeviceState& device, StreamState* home, std::vecto
             device.defer(error);
             if (use.event != nullptr) {
                 const auto scope = other.bind_or_defer();
-                other.defer(other.api().event_synchronize(use.event), "cuEventSynchronize");
+                other.defer(other.api().event_synchronize(use.event), sys::Entry::event_synchronize);
                 AtomicCounters::bump(other.counters().event_synchronizes);
             } else {
                 other.synchronize_noexcept();
@@ -82,7 +82,7 @@ void copy_across_devices(Stream& stream, Buffer& dst, DevicePtr dst_ptr, Buffer&
                 capture_would_take(dst.hazards(), stream.state(), dst_offset, bytes, Access::write));
     }
     const sys::DriverApi& api = device.api();
-    const auto memcpy_peer_async = sys::require(api, api.memcpy_peer_async, "cuMemcpyPeerAsync");
+    const auto memcpy_peer_async = sys::require(api, api.memcpy_peer_async, sys::Entry::memcpy_peer_async);
     // Note: a copy needs no peer access: without it the driver stages the copy through host memory.
     src.hazards().before_access(stream.state(), static_cast<std::size_t>(src_ptr - src.ptr()), bytes,
                                 Access::read);
@@ -91,7 +91,7 @@ void copy_across_devices(Stream& stream, Buffer& dst, DevicePtr dst_ptr, Buffer&
     const auto scope = device.bind();
     device.check(memcpy_peer_async(dst_ptr, dst.device()->context(), src_ptr, src.device()->context(), bytes,
                                    stream.native()),
-                 "cuMemcpyPeerAsync");
+                 sys::Entry::memcpy_peer_async);
     src.hazards().after_access(stream.state());
     dst.hazards().after_access(stream.state());
 }
@@ -131,9 +131,9 @@ void DeviceState::enable_peer_access(const DeviceState& peer) {
     }
     if (can_use_memory_of(peer)) return;  // idempotent
     int can_access = 0;
-    check(sys::require(api_, api_.device_can_access_peer, "cuDeviceCanAccessPeer")(&can_access, device_,
-                                                                                   peer.device_),
-          "cuDeviceCanAccessPeer");
+    check(sys::require(api_, api_.device_can_access_peer, sys::Entry::device_can_access_peer)(
+              &can_access, device_, peer.device_),
+          sys::Entry::device_can_access_peer);
     if (can_access == 0) {
         throw Error(
             fmt::format("cudarc: Device::enable_peer_access: device {} cannot access device {}'s memory "
@@ -142,12 +142,12 @@ void DeviceState::enable_peer_access(const DeviceState& peer) {
                         ordinal_, peer.ordinal_),
             ordinal_, api_.backend);
     }
-    const auto enable = sys::require(api_, api_.ctx_enable_peer_access, "cuCtxEnablePeerAccess");
+    const auto enable = sys::require(api_, api_.ctx_enable_peer_access, sys::Entry::ctx_enable_peer_access);
     const ContextScope scope = bind();
     const sys::Result result = enable(peer.context_, 0);
     // Note: already enabled is success: another library (or an earlier state of this device) enabled it on
     // the same primary context.
-    if (result != sys::kErrorPeerAccessAlreadyEnabled) check(result, "cuCtxEnablePeerAccess");
+    if (result != sys::kErrorPeerAccessAlreadyEnabled) check(result, sys::Entry::ctx_enable_peer_access);
     peers_[static_cast<std::size_t>(peer.ordinal_)].store(peer.generation_, std::memory_order_release);
 }
 
@@ -157,9 +157,9 @@ bool Device::can_access_peer(const Device& other) const {
     if (other.state_ == state_) return false;  // a device is not its own peer
     const sys::DriverApi& api = state_->api();
     int can_access = 0;
-    state_->check(sys::require(api, api.device_can_access_peer, "cuDeviceCanAccessPeer")(
+    state_->check(sys::require(api, api.device_can_access_peer, sys::Entry::device_can_access_peer)(
                       &can_access, state_->device(), other.state_->device()),
-                  "cuDeviceCanAccessPeer");
+                  sys::Entry::device_can_access_peer);
     return can_access != 0;
 }
 

@@ -17,7 +17,8 @@ PinnedAllocation::PinnedAllocation(const Device& device, std::size_t bytes) : de
     const auto scope = device_->bind();
     const sys::Result r = device_->api().mem_host_alloc(&data_, bytes, sys::kMemHostAllocPortable);
     if (r == sys::kErrorOutOfMemory) {
-        const Error cause = sys::make_error(device_->api(), "cuMemHostAlloc", r, device_->ordinal());
+        const Error cause =
+            sys::make_error(device_->api(), sys::Entry::mem_host_alloc, r, device_->ordinal());
         OutOfMemory::Figures figures;
         figures.requested = bytes;
         throw OutOfMemory(
@@ -29,7 +30,7 @@ PinnedAllocation::PinnedAllocation(const Device& device, std::size_t bytes) : de
                 bytes, cause.what()),
             cause, figures);
     }
-    device_->check(r, "cuMemHostAlloc");
+    device_->check(r, sys::Entry::mem_host_alloc);
 }
 
 PinnedAllocation::PinnedAllocation(PinnedAllocation&& other) noexcept
@@ -64,7 +65,7 @@ void free_queued_pinned(void* context) noexcept {
     auto* queued = static_cast<QueuedPinnedFree*>(context);
     {
         const auto scope = queued->device->bind_or_defer();
-        queued->device->defer(queued->device->api().mem_free_host(queued->data), "cuMemFreeHost");
+        queued->device->defer(queued->device->api().mem_free_host(queued->data), sys::Entry::mem_free_host);
     }
     delete queued;
 }
@@ -107,7 +108,7 @@ void PinnedAllocation::release() noexcept {
         if (waited == sys::kSuccess) {
             AtomicCounters::bump(device_->counters().context_synchronizes);
         } else {
-            device_->defer(waited, "cuCtxSynchronize");
+            device_->defer(waited, sys::Entry::ctx_synchronize);
             untracked_copy_ = true;
         }
         device_->events().release(last_copy_);
@@ -116,7 +117,7 @@ void PinnedAllocation::release() noexcept {
     // Note: memory a copy may still be transferring into is leaked rather than freed under the DMA engine
     // (the error that caused it is deferred); on a lost device nothing transfers any more.
     if (data_ != nullptr && (!untracked_copy_ || device_->lost()))
-        device_->defer(device_->api().mem_free_host(data_), "cuMemFreeHost");
+        device_->defer(device_->api().mem_free_host(data_), sys::Entry::mem_free_host);
     data_ = nullptr;
     untracked_copy_ = false;
     device_.reset();
@@ -152,7 +153,7 @@ void PinnedAllocation::copy_from_device_async(Stream& stream, void* dst, Buffer&
     prepare_access(stream, src, src_ptr, bytes, Access::read);
     const auto scope = device_->bind();
     device_->check(device_->api().memcpy_dtoh_async(dst, src_ptr, bytes, stream.native()),
-                   "cuMemcpyDtoHAsync");
+                   sys::Entry::memcpy_dtoh_async);
     finish_access(stream, src);
     note_copy(stream);
 }
@@ -163,7 +164,7 @@ void PinnedAllocation::copy_to_device_async(Stream& stream, Buffer& dst, DeviceP
     prepare_access(stream, dst, dst_ptr, bytes, Access::write);
     const auto scope = device_->bind();
     device_->check(device_->api().memcpy_htod_async(dst_ptr, src, bytes, stream.native()),
-                   "cuMemcpyHtoDAsync");
+                   sys::Entry::memcpy_htod_async);
     finish_access(stream, dst);
     note_copy(stream);
 }
@@ -172,7 +173,7 @@ void PinnedAllocation::synchronize() {
     if (last_copy_ == nullptr) return;
     refuse_in_capture("PinnedBuffer::synchronize", "the driver refuses event waits from a capturing thread");
     const auto scope = device_->bind();
-    device_->check(device_->api().event_synchronize(last_copy_), "cuEventSynchronize");
+    device_->check(device_->api().event_synchronize(last_copy_), sys::Entry::event_synchronize);
     AtomicCounters::bump(device_->counters().event_synchronizes);
     device_->events().release(last_copy_);
     last_copy_ = nullptr;
@@ -184,7 +185,7 @@ bool PinnedAllocation::ready() const {
     const auto scope = device_->bind();
     const sys::Result r = device_->api().event_query(last_copy_);
     if (r == sys::kErrorNotReady) return false;
-    device_->check(r, "cuEventQuery");
+    device_->check(r, sys::Entry::event_query);
     return true;
 }
 

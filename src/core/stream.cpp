@@ -123,11 +123,11 @@ std::shared_ptr<StreamState> StreamPool::acquire(int priority) {
     const auto scope = device_.bind();
     sys::Stream stream = nullptr;
     device_.check(device_.api().stream_create_with_priority(&stream, sys::kStreamNonBlocking, priority),
-                  "cuStreamCreateWithPriority");
+                  sys::Entry::stream_create_with_priority);
     try {
         return std::make_shared<StreamState>(device_, stream, StreamOwnership::pooled, priority);
     } catch (...) {
-        device_.defer(device_.api().stream_destroy(stream), "cuStreamDestroy");
+        device_.defer(device_.api().stream_destroy(stream), sys::Entry::stream_destroy);
         throw;
     }
 }
@@ -145,10 +145,10 @@ void StreamPool::release(std::shared_ptr<StreamState> state) noexcept {
     // Without memory to keep it, the stream is destroyed; its state (and so its handle value) may still be
     // named by buffers, so it is retired first: they order after its final work, which is complete.
     const auto scope = device_.bind_or_defer();
-    device_.defer(device_.api().stream_synchronize(state->handle()), "cuStreamSynchronize");
+    device_.defer(device_.api().stream_synchronize(state->handle()), sys::Entry::stream_synchronize);
     AtomicCounters::bump(device_.counters().stream_synchronizes);
     state->retire(nullptr);
-    device_.defer(device_.api().stream_destroy(state->handle()), "cuStreamDestroy");
+    device_.defer(device_.api().stream_destroy(state->handle()), sys::Entry::stream_destroy);
 }
 
 void StreamPool::clear() noexcept {
@@ -159,7 +159,7 @@ void StreamPool::clear() noexcept {
     }
     for (const auto& state : states) {
         state->retire(nullptr);
-        device_.defer(device_.api().stream_destroy(state->handle()), "cuStreamDestroy");
+        device_.defer(device_.api().stream_destroy(state->handle()), sys::Entry::stream_destroy);
     }
 }
 
@@ -224,7 +224,7 @@ void Stream::join_parent() noexcept {
     // The join could not be enqueued: make the child's work complete on the host instead (counted), so
     // that the parent's later work still comes after it.
     const auto scope = device.bind_or_defer();
-    device.defer(device.api().stream_synchronize(state_->handle()), "cuStreamSynchronize");
+    device.defer(device.api().stream_synchronize(state_->handle()), sys::Entry::stream_synchronize);
     detail::AtomicCounters::bump(device.counters().stream_synchronizes);
 }
 
@@ -252,7 +252,8 @@ void Stream::release() noexcept {
             } catch (...) {
             }
             if (final_event == nullptr) {
-                device.defer(device.api().stream_synchronize(state_->handle()), "cuStreamSynchronize");
+                device.defer(device.api().stream_synchronize(state_->handle()),
+                             sys::Entry::stream_synchronize);
                 detail::AtomicCounters::bump(device.counters().stream_synchronizes);
             }
             state_->retire(final_event);
@@ -260,7 +261,7 @@ void Stream::release() noexcept {
                 device.memory().retire_stream(*state_);
             } else {
                 // Note: cuStreamDestroy returns at once; work already queued still runs to completion.
-                device.defer(device.api().stream_destroy(state_->handle()), "cuStreamDestroy");
+                device.defer(device.api().stream_destroy(state_->handle()), sys::Entry::stream_destroy);
             }
             break;
         }
@@ -283,7 +284,7 @@ Stream Stream::wrap(const Device& device, NativeStream foreign) {
     sys::Context context = nullptr;
     // HIP has no cuStreamGetCtx (its slot is null): there the stream's device cannot be checked here.
     const bool checkable = state->api().stream_get_ctx != nullptr;
-    if (checkable) state->check(state->api().stream_get_ctx(foreign, &context), "cuStreamGetCtx");
+    if (checkable) state->check(state->api().stream_get_ctx(foreign, &context), sys::Entry::stream_get_ctx);
     if (checkable && context != state->context()) {
         throw Error(
             fmt::format("cudarc: Stream::wrap: the stream belongs to another context than device {}'s "
@@ -328,7 +329,7 @@ void Stream::wait(const Event& event) {
         flags = capture_prepare_wait(*state_, event.recorded_in_capture());
     const auto scope = device.bind();
     device.check(device.api().stream_wait_event(state_->handle(), event.native(), flags),
-                 "cuStreamWaitEvent");
+                 sys::Entry::stream_wait_event);
     detail::AtomicCounters::bump(device.counters().cross_stream_waits);
 }
 
@@ -337,7 +338,7 @@ void Stream::synchronize() {
     DeviceState& device = state_->device();
     {
         const auto scope = device.bind();
-        device.check(device.api().stream_synchronize(state_->handle()), "cuStreamSynchronize");
+        device.check(device.api().stream_synchronize(state_->handle()), sys::Entry::stream_synchronize);
         detail::AtomicCounters::bump(device.counters().stream_synchronizes);
     }
     device.releases().poll();  // Note [Deferred release]: hooks run in the caller's own context
@@ -349,7 +350,7 @@ bool Stream::query() const {
     const auto scope = device.bind();
     const sys::Result r = device.api().stream_query(state_->handle());
     if (r == sys::kErrorNotReady) return false;
-    device.check(r, "cuStreamQuery");
+    device.check(r, sys::Entry::stream_query);
     return true;
 }
 

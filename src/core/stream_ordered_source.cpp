@@ -22,10 +22,10 @@ class StreamOrderedSource final : public MemorySource {
                 sys::kSuccess &&
             pools_supported != 0) {
             device.check(api.device_get_default_mem_pool(&pool_, device.device()),
-                         "cuDeviceGetDefaultMemPool");
+                         sys::Entry::device_get_default_mem_pool);
             std::uint64_t threshold = std::numeric_limits<std::uint64_t>::max();
             device.check(api.mem_pool_set_attribute(pool_, sys::kMemPoolAttrReleaseThreshold, &threshold),
-                         "cuMemPoolSetAttribute");
+                         sys::Entry::mem_pool_set_attribute);
         }
     }
 
@@ -52,7 +52,7 @@ class StreamOrderedSource final : public MemorySource {
             throw make_out_of_memory(device_, bytes, figures.allocated_bytes, figures.reserved_bytes,
                                      pooled() ? "the driver's memory pool" : "the driver");
         }
-        device_.check(r, pooled() ? "cuMemAllocAsync" : "cuMemAlloc");
+        device_.check(r, pooled() ? sys::Entry::mem_alloc_async : sys::Entry::mem_alloc);
         AtomicCounters::bump(device_.counters().driver_allocations);
         live_allocations_.fetch_add(1, std::memory_order_relaxed);
         if (!pooled()) unpooled_bytes_.fetch_add(bytes, std::memory_order_relaxed);
@@ -78,16 +78,16 @@ class StreamOrderedSource final : public MemorySource {
                     }
                 }
                 if (&freer != &home) home.order_before(freer.handle());
-                device_.defer(api.mem_free_async(block.ptr, freer.handle()), "cuMemFreeAsync");
+                device_.defer(api.mem_free_async(block.ptr, freer.handle()), sys::Entry::mem_free_async);
             } else {
                 // cuMemFree is not stream-ordered: wait on the host for every use first (counted).
                 home.order_before(device_.default_stream_state()->handle());
                 for (StreamUse& use : uses)
                     use.stream->order_before(device_.default_stream_state()->handle());
                 device_.check(api.stream_synchronize(device_.default_stream_state()->handle()),
-                              "cuStreamSynchronize");
+                              sys::Entry::stream_synchronize);
                 AtomicCounters::bump(device_.counters().stream_synchronizes);
-                device_.defer(api.mem_free(block.ptr), "cuMemFree");
+                device_.defer(api.mem_free(block.ptr), sys::Entry::mem_free);
             }
             AtomicCounters::bump(device_.counters().driver_frees);
         } catch (const Error& error) {
@@ -127,7 +127,7 @@ class StreamOrderedSource final : public MemorySource {
         for (const int attribute : {sys::kMemPoolAttrReservedMemHigh, sys::kMemPoolAttrUsedMemHigh}) {
             std::uint64_t zero = 0;  // the only value these accept: restart from the current figure
             device_.check(device_.api().mem_pool_set_attribute(pool_, attribute, &zero),
-                          "cuMemPoolSetAttribute");
+                          sys::Entry::mem_pool_set_attribute);
         }
     }
 
@@ -141,8 +141,8 @@ class StreamOrderedSource final : public MemorySource {
 
     void trim() {
         const sys::DriverApi& api = device_.api();
-        device_.check(sys::require(api, api.mem_pool_trim_to, "cuMemPoolTrimTo")(pool_, 0),
-                      "cuMemPoolTrimTo");
+        device_.check(sys::require(api, api.mem_pool_trim_to, sys::Entry::mem_pool_trim_to)(pool_, 0),
+                      sys::Entry::mem_pool_trim_to);
     }
 
     // 0 when the driver cannot tell (no cuMemPoolGetAttribute).
@@ -150,7 +150,8 @@ class StreamOrderedSource final : public MemorySource {
         const sys::DriverApi& api = device_.api();
         if (api.mem_pool_get_attribute == nullptr) return 0;
         std::uint64_t value = 0;
-        device_.check(api.mem_pool_get_attribute(pool_, attribute, &value), "cuMemPoolGetAttribute");
+        device_.check(api.mem_pool_get_attribute(pool_, attribute, &value),
+                      sys::Entry::mem_pool_get_attribute);
         return static_cast<std::size_t>(value);
     }
 

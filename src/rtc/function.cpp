@@ -24,7 +24,7 @@ int function_attribute(const DeviceState& device, sys::Function function, int at
     int value = 0;
     const sys::Result result = device.api().func_get_attribute(&value, attribute, function);
     if (result != sys::kSuccess)
-        detail::throw_driver_error(device, fmt::format("cuFuncGetAttribute ({})", what), result);
+        device.throw_error(result, sys::Entry::func_get_attribute, fmt::format(" ({})", what));
     return value;
 }
 
@@ -74,11 +74,11 @@ void Function::set_max_dynamic_shared_memory(std::size_t bytes) const {
     int opt_in = 0;
     device_->check(
         api.device_get_attribute(&opt_in, sys::attr::kMaxSharedMemoryPerBlockOptin, device_->device()),
-        "cuDeviceGetAttribute");
+        sys::Entry::device_get_attribute);
     if (opt_in <= 0) {  // a driver that does not report the opt-in limit: fall back to the plain one
         device_->check(
             api.device_get_attribute(&opt_in, sys::attr::kMaxSharedMemoryPerBlock, device_->device()),
-            "cuDeviceGetAttribute");
+            sys::Entry::device_get_attribute);
     }
     const std::size_t static_bytes =
         as_size(function_attribute(*device_, handle_, sys::func_attr::kSharedSizeBytes, "static shared"));
@@ -94,11 +94,9 @@ void Function::set_max_dynamic_shared_memory(std::size_t bytes) const {
     const sys::Result result =
         api.func_set_attribute(handle_, sys::func_attr::kMaxDynamicSharedSizeBytes, static_cast<int>(bytes));
     if (result != sys::kSuccess) {
-        detail::throw_driver_error(
-            *device_,
-            fmt::format("cuFuncSetAttribute (kernel '{}', max dynamic shared memory {} bytes)", name(),
-                        bytes),
-            result);
+        device_->throw_error(
+            result, sys::Entry::func_set_attribute,
+            fmt::format(" (kernel '{}', max dynamic shared memory {} bytes)", name(), bytes));
     }
 }
 
@@ -113,17 +111,14 @@ int Function::max_active_blocks_per_multiprocessor(unsigned block_size,
     const auto scope = device_->bind();
     const sys::DriverApi& api = device_->api();
     auto occupancy = sys::require(api, api.occupancy_max_active_blocks_per_multiprocessor,
-                                  "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+                                  sys::Entry::occupancy_max_active_blocks_per_multiprocessor);
     int blocks = 0;
     const sys::Result result =
         occupancy(&blocks, handle_, static_cast<int>(block_size), dynamic_shared_bytes);
     if (result != sys::kSuccess) {
-        detail::throw_driver_error(
-            *device_,
-            fmt::format("cuOccupancyMaxActiveBlocksPerMultiprocessor (kernel '{}', block {}, "
-                        "{} bytes dynamic shared memory)",
-                        name(), block_size, dynamic_shared_bytes),
-            result);
+        device_->throw_error(result, sys::Entry::occupancy_max_active_blocks_per_multiprocessor,
+                             fmt::format(" (kernel '{}', block {}, {} bytes dynamic shared memory)", name(),
+                                         block_size, dynamic_shared_bytes));
     }
     return blocks;
 }

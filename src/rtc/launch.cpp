@@ -94,11 +94,11 @@ sys::Result launch_with_attributes(const sys::DriverApi& api, const LaunchConfig
     }
     // Note: a driver without cuLaunchKernelEx (before CUDA 12.0) can still launch cooperatively.
     if (!config.cluster) {
-        return sys::require(api, api.launch_cooperative_kernel, "cuLaunchCooperativeKernel")(
+        return sys::require(api, api.launch_cooperative_kernel, sys::Entry::launch_cooperative_kernel)(
             function, config.grid.x, config.grid.y, config.grid.z, config.block.x, config.block.y,
             config.block.z, config.shared_mem_bytes, stream, parameters);
     }
-    sys::throw_missing_entry_point(api, "cuLaunchKernelEx (needed for cluster launches)");
+    sys::throw_missing_entry_point(api, sys::Entry::launch_kernel_ex, " (needed for cluster launches)");
 }
 
 [[noreturn]] void throw_launch_failure(const DeviceState& device, const LaunchConfig& config,
@@ -136,9 +136,9 @@ sys::Result launch_with_attributes(const sys::DriverApi& api, const LaunchConfig
                             function.name(), config.shared_mem_bytes, allowed, config.shared_mem_bytes));
         }
     }
-    const char* call = config.has_attributes() ? "cuLaunchKernelEx" : "cuLaunchKernel";
-    throw_driver_error(device, fmt::format("{} (kernel '{}', {})", call, function.name(), describe(config)),
-                       result);
+    const sys::Entry call =
+        config.has_attributes() ? sys::Entry::launch_kernel_ex : sys::Entry::launch_kernel;
+    device.throw_error(result, call, fmt::format(" (kernel '{}', {})", function.name(), describe(config)));
 }
 
 }  // namespace
@@ -286,7 +286,7 @@ LaunchConfig LaunchConfig::for_elements(std::size_t n, const Function& function,
     int multiprocessors = 0;
     device.check(
         device.api().device_get_attribute(&multiprocessors, sys::attr::kMultiprocessorCount, device.device()),
-        "cuDeviceGetAttribute");
+        sys::Entry::device_get_attribute);
     return for_elements(n, DeviceShape{static_cast<unsigned>(multiprocessors), 0}, block_size,
                         static_cast<unsigned>(per_sm));
 }

@@ -25,21 +25,6 @@ namespace cudarc {
 using detail::DeviceState;
 using detail::ModuleState;
 
-namespace detail {
-
-void throw_driver_error(const DeviceState& device, const std::string& call_in_context, sys::Result result) {
-    const sys::DriverApi& api = device.api();
-    const char* name = nullptr;
-    const char* text = nullptr;
-    if (api.get_error_name == nullptr || api.get_error_name(result, &name) != sys::kSuccess) name = nullptr;
-    if (api.get_error_string == nullptr || api.get_error_string(result, &text) != sys::kSuccess)
-        text = nullptr;
-    device.throw_error(Error(call_in_context, result, name != nullptr ? name : "unknown error code",
-                             text != nullptr ? text : "no description", device.ordinal(), api.backend));
-}
-
-}  // namespace detail
-
 namespace {
 
 constexpr sys::Result kErrorNoBinaryForGpu = 209;  // CUDA_ERROR_NO_BINARY_FOR_GPU
@@ -81,13 +66,13 @@ Module Module::load(const Device& device, const void* image, std::string origin,
     const sys::Result result = state->api().module_load_data(&handle, image);
     if (result != sys::kSuccess) {
         const std::string built_for = arch.empty() ? std::string() : fmt::format(", built for {}", arch);
-        std::string context = fmt::format("cuModuleLoadData ({}{}, on {} device {} {})", origin, built_for,
+        std::string context = fmt::format(" ({}{}, on {} device {} {})", origin, built_for,
                                           to_string(state->api().backend), state->ordinal(), device.arch());
         if (result == kErrorNoBinaryForGpu) {
             context += fmt::format(" [compile for {} or load PTX, which the driver compiles for the device]",
                                    device.arch());
         }
-        detail::throw_driver_error(*state, context, result);
+        state->throw_error(result, sys::Entry::module_load_data, context);
     }
     return Module(std::make_shared<ModuleState>(state, handle, std::move(origin), std::move(lowered_names),
                                                 std::move(arch)));
@@ -223,8 +208,8 @@ Function Module::function(std::string_view name) const {
                                 module.origin(), device.ordinal(), hint));
     }
     if (result != sys::kSuccess) {
-        detail::throw_driver_error(
-            device, fmt::format("cuModuleGetFunction ('{}' in {})", wanted, module.origin()), result);
+        device.throw_error(result, sys::Entry::module_get_function,
+                           fmt::format(" ('{}' in {})", wanted, module.origin()));
     }
     auto record =
         std::make_shared<const detail::FunctionRecord>(detail::FunctionRecord{state_, wanted, symbol});
@@ -239,7 +224,7 @@ bool Module::has_function(std::string_view name) const {
     sys::Function handle = nullptr;
     const sys::Result result = device.api().module_get_function(&handle, state_->handle(), symbol.c_str());
     if (result == sys::kErrorNotFound || result == sys::kErrorInvalidValue) return false;
-    device.check(result, "cuModuleGetFunction");
+    device.check(result, sys::Entry::module_get_function);
     return true;
 }
 
@@ -259,8 +244,8 @@ GlobalSymbol Module::global(std::string_view name) const {
                         wanted, state_->origin(), device.ordinal()));
     }
     if (result != sys::kSuccess) {
-        detail::throw_driver_error(
-            device, fmt::format("cuModuleGetGlobal ('{}' in {})", wanted, state_->origin()), result);
+        device.throw_error(result, sys::Entry::module_get_global,
+                           fmt::format(" ('{}' in {})", wanted, state_->origin()));
     }
     return out;
 }
@@ -291,7 +276,7 @@ void Module::copy_to_global_bytes(Stream& stream, std::string_view name, const v
     DeviceState& device = state_->device();
     const auto scope = device.bind();
     device.check(device.api().memcpy_htod_async(global.address, src, bytes, stream.native()),
-                 "cuMemcpyHtoDAsync");
+                 sys::Entry::memcpy_htod_async);
 }
 
 void Module::copy_from_global_bytes(Stream& stream, std::string_view name, void* dst,
@@ -301,7 +286,8 @@ void Module::copy_from_global_bytes(Stream& stream, std::string_view name, void*
     DeviceState& device = state_->device();
     const auto scope = device.bind();
     const sys::DriverApi& api = device.api();
-    device.check(api.memcpy_dtoh_async(dst, global.address, bytes, stream.native()), "cuMemcpyDtoHAsync");
+    device.check(api.memcpy_dtoh_async(dst, global.address, bytes, stream.native()),
+                 sys::Entry::memcpy_dtoh_async);
     // Note [Pageable copies already block]
     detail::complete_copy_to_host(device, stream.native(), dst, false);
 }

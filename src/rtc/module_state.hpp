@@ -25,7 +25,7 @@ class ModuleState {
     ModuleState& operator=(const ModuleState&) = delete;
     ~ModuleState() {
         const auto scope = device_->bind_or_defer();
-        device_->defer(device_->api().module_unload(handle_), "cuModuleUnload");
+        device_->defer(device_->api().module_unload(handle_), sys::Entry::module_unload);
     }
 
     [[nodiscard]] DeviceState& device() const noexcept { return *device_; }
@@ -56,10 +56,5 @@ struct FunctionRecord {
     std::string name;    // as looked up
     std::string symbol;  // as found
 };
-
-// Throws a driver error with the call described in context ("cuLaunchKernel (kernel 'saxpy', grid ...)"),
-// keeping the result code and name (DeviceLost for a sticky error: see Note [Lost devices]).
-[[noreturn]] void throw_driver_error(const DeviceState& device, const std::string& call_in_context,
-                                     sys::Result result);
 
 }  // namespace cudarc::detail

@@ -8,7 +8,6 @@
 #include "cudarc/nvrtc.hpp"
 #include "rtc/compiler_arguments.hpp"
 #include "rtc/embedded_kernels.hpp"
-#include "sys/hip/hiprtc_loader.hpp"
 #include "sys/rtc_api.hpp"
 
 namespace cudarc {
@@ -253,8 +252,8 @@ CompilerVersion compiler_version(Backend backend) {
 
 std::vector<std::string> supported_architectures(Backend backend) {
     const sys::RtcApi& api = sys::rtc(backend);
-    if (backend == Backend::hip)
-        return sys::hiprtc_known_targets();  // gfx names, asked of the code object manager
+    if (backend == Backend::hip)  // gfx names, asked of the code object manager
+        return api.known_targets != nullptr ? api.known_targets() : std::vector<std::string>{};
     std::vector<std::string> names;
     for (int arch : supported_arch_numbers(api)) names.push_back("sm_" + std::to_string(arch));
     return names;

@@ -33,10 +33,7 @@ Attempt try_backend(bool (*load)(DriverApi&, std::string&), DriverApi& api, bool
         int count = 0;
         const Result result = api.device_get_count != nullptr ? api.device_get_count(&count) : kErrorNotFound;
         if (result != kSuccess) {
-            attempt.why = std::string(
-                make_error(api, api.backend == Backend::hip ? "hipGetDeviceCount" : "cuDeviceGetCount",
-                           result, -1)
-                    .what());
+            attempt.why = std::string(make_error(api, Entry::device_get_count, result, -1).what());
             return attempt;
         }
         if (count < 1) {
@@ -152,24 +149,33 @@ std::string driver_load_failure() {
     return loaded().failure;
 }
 
-Error make_error(const DriverApi& api, const char* call, Result result, int device) {
+namespace {
+// The entry's name on the active backend, followed by `context` as given.
+std::string describe_call(const DriverApi& api, Entry entry, std::string_view context) {
+    std::string call = entry_name(api.backend, entry);
+    call += context;
+    return call;
+}
+}  // namespace
+
+Error make_error(const DriverApi& api, Entry entry, Result result, int device, std::string_view context) {
     const char* name = nullptr;
     const char* text = nullptr;
     if (api.get_error_name == nullptr || api.get_error_name(result, &name) != kSuccess) name = nullptr;
     if (api.get_error_string == nullptr || api.get_error_string(result, &text) != kSuccess) text = nullptr;
-    return Error(call, result, name != nullptr ? name : "unknown error code",
+    return Error(describe_call(api, entry, context), result, name != nullptr ? name : "unknown error code",
                  text != nullptr ? text : "no description", device, api.backend);
 }
 
-void throw_missing_entry_point(const DriverApi& api, const char* call) {
-    throw Error(std::string("cudarc: ") + call + " is not supported on " + to_string(api.backend) +
-                " by the loaded driver");
+void throw_missing_entry_point(const DriverApi& api, Entry entry, std::string_view context) {
+    throw Error("cudarc: " + describe_call(api, entry, context) + " is not supported on " +
+                to_string(api.backend) + " by the loaded driver");
 }
 
 bool stream_is_capturing(const DriverApi& api, Stream stream, int device) {
     if (api.stream_is_capturing == nullptr) return false;
     int status = kStreamCaptureStatusNone;
-    check(api, api.stream_is_capturing(stream, &status), "cuStreamIsCapturing", device);
+    check(api, api.stream_is_capturing(stream, &status), Entry::stream_is_capturing, device);
     return status != kStreamCaptureStatusNone;
 }
 

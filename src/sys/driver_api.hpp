@@ -2,14 +2,19 @@
 //
 // Note: the table speaks the CUDA driver API's types, numbering and semantics. The CUDA backend
 // fills it straight from libcuda (cuGetProcAddress); the HIP backend fills it with adapters that
-// translate (attribute numbers, handle types). Core code never names a vendor entry point.
+// translate (attribute numbers, handle types). Its fields come from one list, src/sys/driver_entries.hpp
+// (Note [One driver list]); core code never names a vendor entry point.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
 
 #include "cudarc/detail/native_handles.hpp"
 #include "cudarc/error.hpp"
+#include "sys/driver_entries.hpp"
 
 namespace cudarc::sys {
 
@@ -152,119 +157,49 @@ struct LaunchConfig {
     unsigned num_attrs;
 };
 
-// Every driver entry point the library uses. A null pointer means "not available in this driver";
-// callers that need it go through DriverApi::require().
+// The kind of entry point an entry is (Note [One driver list]): on CUDA a missing required one fails
+// loading; a missing optional one leaves its field null.
+enum class EntryNeed : unsigned char { required, optional };
+
+// A field's function-pointer type: EntryPoint<Result(int* count)> is Result (*)(int* count).
+template <typename Signature>
+using EntryPoint = Signature*;
+
+// Every driver entry point the library uses, one field per entry of Note [One driver list]. A null pointer
+// means "not available in this driver"; callers that need it go through require().
 struct DriverApi {
     Backend backend = Backend::cuda;
 
-    // Initialization, versions, errors
-    Result (*init)(unsigned flags) = nullptr;
-    Result (*driver_get_version)(int* version) = nullptr;
-    Result (*get_error_name)(Result, const char** name) = nullptr;
-    Result (*get_error_string)(Result, const char** text) = nullptr;
-
-    // Devices
-    Result (*device_get_count)(int* count) = nullptr;
-    Result (*device_get)(Device* device, int ordinal) = nullptr;
-    Result (*device_get_name)(char* name, int len, Device device) = nullptr;
-    Result (*device_get_uuid)(Uuid* uuid, Device device) = nullptr;
-    Result (*device_total_mem)(std::size_t* bytes, Device device) = nullptr;
-    Result (*device_get_attribute)(int* value, int attribute, Device device) = nullptr;
-    Result (*device_get_pci_bus_id)(char* id, int len, Device device) = nullptr;
-    Result (*device_primary_ctx_retain)(Context* ctx, Device device) = nullptr;
-    Result (*device_primary_ctx_release)(Device device) = nullptr;
-    // Whether `device` can address `peer`'s memory directly (NVLink or PCIe peer to peer).
-    Result (*device_can_access_peer)(int* can_access, Device device, Device peer) = nullptr;
-
-    // Contexts
-    Result (*ctx_get_current)(Context* ctx) = nullptr;
-    Result (*ctx_set_current)(Context ctx) = nullptr;
-    Result (*ctx_synchronize)() = nullptr;
-    Result (*ctx_get_stream_priority_range)(int* least, int* greatest) = nullptr;
-    Result (*mem_get_info)(std::size_t* free, std::size_t* total) = nullptr;
-    // Lets the current context address `peer`'s memory (one direction only); flags must be 0.
-    Result (*ctx_enable_peer_access)(Context peer, unsigned flags) = nullptr;
-
-    // Streams
-    Result (*stream_create_with_priority)(Stream* stream, unsigned flags, int priority) = nullptr;
-    Result (*stream_destroy)(Stream stream) = nullptr;
-    Result (*stream_synchronize)(Stream stream) = nullptr;
-    Result (*stream_query)(Stream stream) = nullptr;
-    Result (*stream_wait_event)(Stream stream, Event event, unsigned flags) = nullptr;
-    Result (*stream_get_priority)(Stream stream, int* priority) = nullptr;
-    Result (*stream_get_flags)(Stream stream, unsigned* flags) = nullptr;
-    Result (*stream_get_ctx)(Stream stream, Context* ctx) = nullptr;
-    Result (*stream_is_capturing)(Stream stream, int* status) = nullptr;
-    Result (*stream_begin_capture)(Stream stream, int mode) = nullptr;
-    Result (*stream_end_capture)(Stream stream, Graph* graph) = nullptr;
-
-    // Events
-    Result (*event_create)(Event* event, unsigned flags) = nullptr;
-    Result (*event_destroy)(Event event) = nullptr;
-    Result (*event_record)(Event event, Stream stream) = nullptr;
-    Result (*event_query)(Event event) = nullptr;
-    Result (*event_synchronize)(Event event) = nullptr;
-    Result (*event_elapsed_time)(float* ms, Event start, Event end) = nullptr;
-
-    // Memory
-    Result (*mem_alloc)(DevicePtr* ptr, std::size_t bytes) = nullptr;
-    Result (*mem_free)(DevicePtr ptr) = nullptr;
-    Result (*mem_alloc_async)(DevicePtr* ptr, std::size_t bytes, Stream stream) = nullptr;
-    Result (*mem_free_async)(DevicePtr ptr, Stream stream) = nullptr;
-    Result (*device_get_default_mem_pool)(MemoryPool* pool, Device device) = nullptr;
-    Result (*mem_pool_set_attribute)(MemoryPool pool, int attribute, void* value) = nullptr;
-    Result (*mem_pool_trim_to)(MemoryPool pool, std::size_t min_bytes_to_keep) = nullptr;
-    Result (*mem_pool_get_attribute)(MemoryPool pool, int attribute, void* value) = nullptr;
-    Result (*mem_alloc_managed)(DevicePtr* ptr, std::size_t bytes, unsigned flags) = nullptr;
-    Result (*mem_prefetch_async)(DevicePtr ptr, std::size_t bytes, Device device, Stream stream) = nullptr;
-    Result (*mem_host_alloc)(void** ptr, std::size_t bytes, unsigned flags) = nullptr;
-    Result (*mem_free_host)(void* ptr) = nullptr;
-    Result (*memcpy_htod_async)(DevicePtr dst, const void* src, std::size_t bytes, Stream stream) = nullptr;
-    Result (*memcpy_dtoh_async)(void* dst, DevicePtr src, std::size_t bytes, Stream stream) = nullptr;
-    Result (*memcpy_dtod_async)(DevicePtr dst, DevicePtr src, std::size_t bytes, Stream stream) = nullptr;
-    // Between the memory of two contexts; without peer access the driver stages it through host memory.
-    Result (*memcpy_peer_async)(DevicePtr dst, Context dst_ctx, DevicePtr src, Context src_ctx,
-                                std::size_t bytes, Stream stream) = nullptr;
-    Result (*memset_d8_async)(DevicePtr dst, unsigned char value, std::size_t count, Stream stream) = nullptr;
-    Result (*memset_d32_async)(DevicePtr dst, unsigned value, std::size_t count, Stream stream) = nullptr;
-    // cuPointerGetAttributes: with kPointerAttributeMemoryType it tells page-locked host memory
-    // (kMemoryTypeHost) from pageable memory (0). Unlike the singular form it reports an unknown pointer
-    // as success with zeroed values, not as an error. Null: treat every host pointer as page-locked.
-    Result (*pointer_get_attributes)(unsigned count, int* attributes, void** data, DevicePtr ptr) = nullptr;
-    // cuMemGetAddressRange: the allocation containing `ptr` (borrowed memory's bounds check). Optional.
-    Result (*mem_get_address_range)(DevicePtr* base, std::size_t* size, DevicePtr ptr) = nullptr;
-
-    // Modules and launches
-    Result (*module_load_data)(Module* module, const void* image) = nullptr;
-    Result (*module_unload)(Module module) = nullptr;
-    Result (*module_get_function)(Function* function, Module module, const char* name) = nullptr;
-    Result (*module_get_global)(DevicePtr* ptr, std::size_t* bytes, Module module,
-                                const char* name) = nullptr;
-    Result (*func_get_attribute)(int* value, int attribute, Function function) = nullptr;
-    Result (*func_set_attribute)(Function function, int attribute, int value) = nullptr;
-    // CUDA >= 12.4 only; null elsewhere.
-    Result (*func_get_param_info)(Function function, std::size_t index, std::size_t* offset,
-                                  std::size_t* size) = nullptr;
-    Result (*launch_kernel)(Function function, unsigned grid_x, unsigned grid_y, unsigned grid_z,
-                            unsigned block_x, unsigned block_y, unsigned block_z, unsigned shared_mem_bytes,
-                            Stream stream, void** params, void** extra) = nullptr;
-    Result (*launch_kernel_ex)(const LaunchConfig* config, Function function, void** params,
-                               void** extra) = nullptr;
-    Result (*launch_cooperative_kernel)(Function function, unsigned grid_x, unsigned grid_y, unsigned grid_z,
-                                        unsigned block_x, unsigned block_y, unsigned block_z,
-                                        unsigned shared_mem_bytes, Stream stream, void** params) = nullptr;
-    Result (*occupancy_max_active_blocks_per_multiprocessor)(int* blocks, Function function, int block_size,
-                                                             std::size_t dynamic_smem) = nullptr;
-
-    // Graphs
-    Result (*graph_instantiate)(GraphExec* exec, Graph graph, unsigned long long flags) = nullptr;
-    Result (*graph_launch)(GraphExec exec, Stream stream) = nullptr;
-    Result (*graph_destroy)(Graph graph) = nullptr;
-    Result (*graph_exec_destroy)(GraphExec exec) = nullptr;
-    // cuGraphExecUpdate (the CUDA 12 form) and cuGraphUpload; optional.
-    Result (*graph_exec_update)(GraphExec exec, Graph graph, GraphExecUpdateResultInfo* info) = nullptr;
-    Result (*graph_upload)(GraphExec exec, Stream stream) = nullptr;
+#define CUDARC_SYS_DRIVER_FIELD(field, cuda_name, hip_name, need, min_version, ...) \
+    EntryPoint<__VA_ARGS__> field = nullptr;
+    CUDARC_SYS_DRIVER_ENTRIES(CUDARC_SYS_DRIVER_FIELD)
+#undef CUDARC_SYS_DRIVER_FIELD
 };
+
+// Which entry point a call was: what call sites give check, defer, make_error and require, so that the
+// name an error reports is the active backend's (Note [One driver list]).
+enum class Entry : unsigned char {
+#define CUDARC_SYS_DRIVER_ENUM(field, ...) field,
+    CUDARC_SYS_DRIVER_ENTRIES(CUDARC_SYS_DRIVER_ENUM)
+#undef CUDARC_SYS_DRIVER_ENUM
+};
+
+// The facts the list holds about one entry.
+struct EntryInfo {
+    Entry entry;
+    const char* field;      // "mem_alloc"
+    const char* cuda_name;  // "cuMemAlloc"
+    const char* hip_name;   // "hipMalloc"; null where HIP leaves the field empty
+    EntryNeed need;         // on CUDA
+    int min_version;        // passed to cuGetProcAddress
+};
+
+// Every entry, in DriverApi's order.
+[[nodiscard]] std::span<const EntryInfo> driver_entries() noexcept;
+
+// The function `backend` calls for `entry`: "cuStreamDestroy" on CUDA, "hipStreamDestroy" on HIP (the CUDA
+// name where HIP has no counterpart: such a call never reaches HIP).
+[[nodiscard]] const char* entry_name(Backend backend, Entry entry) noexcept;
 
 // The active backend's table, loaded and initialized on first use (thread-safe).
 // Throws cudarc::Error naming what was looked for and where when no driver can be loaded.
@@ -276,20 +211,24 @@ struct DriverApi {
 // Why the driver could not be loaded (empty when it loaded).
 [[nodiscard]] std::string driver_load_failure();
 
-// Builds the Error for a failing call. `device` is the ordinal or -1.
-[[nodiscard]] Error make_error(const DriverApi& api, const char* call, Result result, int device);
+// Builds the Error for a failing call of `entry`, named as the active backend names it and followed by
+// `context` as given (" ('saxpy' in a module)" makes "cuModuleGetFunction ('saxpy' in a module)").
+// `device` is the ordinal or -1.
+[[nodiscard]] Error make_error(const DriverApi& api, Entry entry, Result result, int device,
+                               std::string_view context = {});
 
 // Checks a result; throws the named error when it is not success.
-inline void check(const DriverApi& api, Result result, const char* call, int device = -1) {
-    if (result != kSuccess) throw make_error(api, call, result, device);
+inline void check(const DriverApi& api, Result result, Entry entry, int device = -1) {
+    if (result != kSuccess) throw make_error(api, entry, result, device);
 }
 
-// Throws a clear error when an optional entry point is missing.
-[[noreturn]] void throw_missing_entry_point(const DriverApi& api, const char* call);
+// Throws a clear error when an optional entry point is missing, naming the backend's function (followed by
+// `context` as given).
+[[noreturn]] void throw_missing_entry_point(const DriverApi& api, Entry entry, std::string_view context = {});
 
 template <typename Fn>
-Fn require(const DriverApi& api, Fn fn, const char* call) {
-    if (fn == nullptr) throw_missing_entry_point(api, call);
+Fn require(const DriverApi& api, Fn fn, Entry entry) {
+    if (fn == nullptr) throw_missing_entry_point(api, entry);
     return fn;
 }
 
@@ -297,5 +236,10 @@ Fn require(const DriverApi& api, Fn fn, const char* call) {
 // is ended; a driver without the query cannot capture either (false). Throws the named error for a
 // failing query. The one place that asks (Stream::is_capturing, the allocator's backend).
 [[nodiscard]] bool stream_is_capturing(const DriverApi& api, Stream stream, int device = -1);
+
+// The offload target of HIP device `ordinal` as hiprtc takes it, e.g. "gfx90a:sramecc+:xnack-"
+// (hipDeviceProp_t::gcnArchName). Throws cudarc::Error when the HIP runtime is not loaded or the device
+// cannot be queried. HIP only: CUDA devices name their architecture from their compute capability.
+[[nodiscard]] std::string hip_device_offload_arch(int ordinal);
 
 }  // namespace cudarc::sys

@@ -18,25 +18,30 @@ DynamicLibrary& DynamicLibrary::operator=(DynamicLibrary&& other) noexcept {
     return *this;
 }
 
-DynamicLibrary DynamicLibrary::open_first(const std::vector<std::string>& candidates,
-                                          std::vector<std::string>& attempts) {
-    DynamicLibrary library;
+bool DynamicLibrary::load_first(const std::vector<std::string>& candidates, const Use& use,
+                                std::vector<std::string>& attempts) {
+    if (candidates.empty()) attempts.emplace_back("(no candidate paths)");
     for (const auto& candidate : candidates) {
         if (candidate.empty()) continue;
         dlerror();
         void* handle = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
-        if (handle != nullptr) {
-            library.handle_ = handle;
-            library.path_ = candidate;
-            return library;
+        if (handle == nullptr) {
+            // dlerror() usually starts with "<candidate>: "; keep only the reason.
+            const char* raw = dlerror();
+            std::string why = raw != nullptr ? raw : "not found";
+            if (why.rfind(candidate + ": ", 0) == 0) why = why.substr(candidate.size() + 2);
+            attempts.push_back(candidate + " (" + why + ")");
+            continue;
         }
-        // dlerror() usually starts with "<candidate>: "; keep only the reason.
-        const char* raw = dlerror();
-        std::string why = raw != nullptr ? raw : "not found";
-        if (why.rfind(candidate + ": ", 0) == 0) why = why.substr(candidate.size() + 2);
-        attempts.push_back(candidate + " (" + why + ")");
+        DynamicLibrary library;
+        library.handle_ = handle;
+        library.path_ = candidate;
+        // Note: a rejected library stays open (vendor libraries are never dlclose'd).
+        std::string rejection = use(library);
+        if (rejection.empty()) return true;
+        attempts.push_back(candidate + ": " + std::move(rejection));
     }
-    return library;
+    return false;
 }
 
 void* DynamicLibrary::symbol(const char* name) const noexcept {

@@ -1,6 +1,7 @@
 // A dlopen'ed vendor library. The only place cudarc opens shared objects.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -16,10 +17,18 @@ class DynamicLibrary {
     // Note: vendor libraries are never dlclose'd: their atexit handlers and threads outlive us.
     ~DynamicLibrary() = default;
 
-    // Tries each candidate (a soname or a path) in order; the first that loads wins. On failure the
-    // returned library is empty and `attempts` holds one "candidate: dlerror" line per try.
-    static DynamicLibrary open_first(const std::vector<std::string>& candidates,
-                                     std::vector<std::string>& attempts);
+    // What a loader makes of a library that opened: empty when it takes it (loading stops there, whether
+    // or not the loader then succeeds with it), else why it is not usable ("lacks nvrtcVersion").
+    using Use = std::function<std::string(const DynamicLibrary& library)>;
+
+    // Note [Loading a vendor library]: every loader (CUDA driver, NVRTC, HIP runtime, hiprtc, comgr, NCCL)
+    // goes through this one loop. It tries each candidate (a soname or a path) in order: one that does not
+    // open is recorded in `attempts` as "candidate (dlerror's reason)"; one that opens is given to `use`,
+    // and a rejection is recorded as "candidate: why" before the next candidate is tried. True when `use`
+    // took a library; false when none was taken, with `attempts` holding one line per candidate, or
+    // "(no candidate paths)" when there were none. The loader words its own message around `attempts`.
+    static bool load_first(const std::vector<std::string>& candidates, const Use& use,
+                           std::vector<std::string>& attempts);
 
     [[nodiscard]] bool loaded() const noexcept { return handle_ != nullptr; }
     [[nodiscard]] const std::string& path() const noexcept { return path_; }

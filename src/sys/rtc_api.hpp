@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "cudarc/error.hpp"
 
@@ -44,6 +45,9 @@ struct RtcApi {
     // Optional (NVRTC >= 11.2).
     RtcResult (*get_num_supported_archs)(int* count) = nullptr;
     RtcResult (*get_supported_archs)(int* archs) = nullptr;
+    // hiprtc only (null on NVRTC, whose targets are the numbers above): the processors it can compile for
+    // ("gfx90a"), as its code object manager (comgr) reports them; empty when comgr cannot be asked.
+    std::vector<std::string> (*known_targets)() = nullptr;
 };
 
 // The run-time compiler for `backend`, loaded on first use (thread-safe). Throws cudarc::Error naming

@@ -1624,7 +1624,7 @@ FakeDriver::FakeDriver(Options options) : impl_(std::make_unique<Impl>(std::move
     }
 
     api_.backend = Backend::cuda;
-#define CUDARC_FAKE_FILL(member, name) api_.member = &member;
+#define CUDARC_FAKE_FILL(member, name, ...) api_.member = &member;
     CUDARC_DRIVER_ENTRIES(CUDARC_FAKE_FILL)
 #undef CUDARC_FAKE_FILL
 }

@@ -27,8 +27,8 @@ struct Wrapper<Member, E> {
 
 const char* cuda_name(Entry entry) noexcept {
     switch (entry) {
-#define CUDARC_FAKE_ENTRY_NAME(member, name) \
-    case Entry::member:                      \
+#define CUDARC_FAKE_ENTRY_NAME(member, name, ...) \
+    case Entry::member:                           \
         return name;
         CUDARC_DRIVER_ENTRIES(CUDARC_FAKE_ENTRY_NAME)
 #undef CUDARC_FAKE_ENTRY_NAME
@@ -38,7 +38,7 @@ const char* cuda_name(Entry entry) noexcept {
 
 const std::array<Entry, kEntryCount>& all_entries() noexcept {
     static const std::array<Entry, kEntryCount> entries{
-#define CUDARC_FAKE_ENTRY_LIST(member, name) Entry::member,
+#define CUDARC_FAKE_ENTRY_LIST(member, name, ...) Entry::member,
         CUDARC_DRIVER_ENTRIES(CUDARC_FAKE_ENTRY_LIST)
 #undef CUDARC_FAKE_ENTRY_LIST
     };
@@ -81,7 +81,7 @@ FaultInjector::FaultInjector(const sys::DriverApi& inner) : inner_(inner), wrapp
         std::abort();
     }
     // Wrap every entry the inner table has; a missing one stays missing.
-#define CUDARC_FAKE_WRAP(member, name) \
+#define CUDARC_FAKE_WRAP(member, name, ...) \
     if (inner_.member != nullptr) wrapped_.member = &Wrapper<&sys::DriverApi::member, Entry::member>::call;
     CUDARC_DRIVER_ENTRIES(CUDARC_FAKE_WRAP)
 #undef CUDARC_FAKE_WRAP

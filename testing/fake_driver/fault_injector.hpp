@@ -25,13 +25,13 @@
 namespace cudarc::fake {
 
 enum class Entry : int {
-#define CUDARC_FAKE_ENTRY_ENUM(member, name) member,
+#define CUDARC_FAKE_ENTRY_ENUM(member, name, ...) member,
     CUDARC_DRIVER_ENTRIES(CUDARC_FAKE_ENTRY_ENUM)
 #undef CUDARC_FAKE_ENTRY_ENUM
 };
 
 inline constexpr std::size_t kEntryCount = 0
-#define CUDARC_FAKE_ENTRY_COUNT(member, name) +1
+#define CUDARC_FAKE_ENTRY_COUNT(member, name, ...) +1
     CUDARC_DRIVER_ENTRIES(CUDARC_FAKE_ENTRY_COUNT)
 #undef CUDARC_FAKE_ENTRY_COUNT
     ;

@@ -34,9 +34,9 @@ bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
 std::size_t total_memory_of_device_0() {
     const sys::DriverApi& api = sys::driver();
     sys::Device device = 0;
-    sys::check(api, api.device_get(&device, 0), "cuDeviceGet", 0);
+    sys::check(api, api.device_get(&device, 0), sys::Entry::device_get, 0);
     std::size_t total = 0;
-    sys::check(api, api.device_total_mem(&total, device), "cuDeviceTotalMem", 0);
+    sys::check(api, api.device_total_mem(&total, device), sys::Entry::device_total_mem, 0);
     return total;
 }
 

@@ -155,7 +155,7 @@ TEST_CASE("alloc.record_stream_holds_a_block_used_through_its_raw_pointer") {
     const auto scope = state.bind();
     state.check(state.api().memcpy_dtod_async(seen_by_reader.device_ptr(), old_ptr, n * sizeof(float),
                                               reader.native()),
-                "cuMemcpyDtoDAsync");
+                sys::Entry::memcpy_dtod_async);
     source.record_stream(reader);
 
     source = DeviceSlice<float>{};

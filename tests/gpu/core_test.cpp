@@ -20,12 +20,14 @@ bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
 void raw_htod(Stream& stream, DevicePtr dst, const void* src, std::size_t bytes) {
     auto& state = *stream.device().state();
     const auto scope = state.bind();
-    state.check(state.api().memcpy_htod_async(dst, src, bytes, stream.native()), "cuMemcpyHtoDAsync");
+    state.check(state.api().memcpy_htod_async(dst, src, bytes, stream.native()),
+                sys::Entry::memcpy_htod_async);
 }
 void raw_dtoh(Stream& stream, void* dst, DevicePtr src, std::size_t bytes) {
     auto& state = *stream.device().state();
     const auto scope = state.bind();
-    state.check(state.api().memcpy_dtoh_async(dst, src, bytes, stream.native()), "cuMemcpyDtoHAsync");
+    state.check(state.api().memcpy_dtoh_async(dst, src, bytes, stream.native()),
+                sys::Entry::memcpy_dtoh_async);
 }
 
 }  // namespace
@@ -274,7 +276,7 @@ TEST_CASE("core.wrapped_foreign_stream") {
     const auto scope = state.bind();
     sys::Stream raw = nullptr;
     state.check(state.api().stream_create_with_priority(&raw, sys::kStreamNonBlocking, 0),
-                "cuStreamCreateWithPriority");
+                sys::Entry::stream_create_with_priority);
     {
         auto wrapped = Stream::wrap(device, raw);
         CHECK_FALSE(wrapped.owned());

@@ -23,7 +23,7 @@ DevicePtr raw_alloc(const Device& device, std::size_t bytes) {
     auto& state = *device.state();
     const auto scope = state.bind();
     DevicePtr ptr = 0;
-    state.check(state.api().mem_alloc(&ptr, bytes), "cuMemAlloc");
+    state.check(state.api().mem_alloc(&ptr, bytes), sys::Entry::mem_alloc);
     return ptr;
 }
 
@@ -62,7 +62,7 @@ TEST_CASE("interop.borrowed_slice_over_raw_cuMemAlloc") {
     {
         const auto scope = state.bind();
         state.check(state.api().memcpy_htod_async(raw, x_host.data(), n * sizeof(float), owner.native()),
-                    "cuMemcpyHtoDAsync");
+                    sys::Entry::memcpy_htod_async);
     }
     const auto allocator_before = device.allocator_stats();
     const auto before = device.counters();
@@ -94,7 +94,7 @@ TEST_CASE("interop.borrowed_slice_over_raw_cuMemAlloc") {
     {
         const auto scope = state.bind();
         state.check(state.api().memcpy_dtoh_async(back.data(), raw, n * sizeof(float), owner.native()),
-                    "cuMemcpyDtoHAsync");
+                    sys::Entry::memcpy_dtoh_async);
     }
     owner.synchronize();
     CHECK(bitwise_equal(back, x_host));  // still there: nothing was freed
@@ -125,7 +125,7 @@ TEST_CASE("interop.foreign_stream_destroyed_after_its_wrapper") {
     const auto scope = state.bind();  // the raw calls below run in the device's context
     sys::Stream raw = nullptr;
     state.check(state.api().stream_create_with_priority(&raw, sys::kStreamNonBlocking, 0),
-                "cuStreamCreateWithPriority");
+                sys::Entry::stream_create_with_priority);
     std::optional<DeviceSlice<float>> slice;
     std::optional<DeviceSlice<float>> second;
     {
@@ -240,9 +240,9 @@ TEST_CASE("interop.optimizer_steps_borrowed_memory_like_its_own") {
     const DevicePtr raw_g = raw_alloc(device, n * sizeof(float));
     const auto scope = state.bind();  // the raw calls below run in the device's context
     state.check(state.api().memcpy_htod_async(raw_p, p_host.data(), n * sizeof(float), owner.native()),
-                "cuMemcpyHtoDAsync");
+                sys::Entry::memcpy_htod_async);
     state.check(state.api().memcpy_htod_async(raw_g, g_host.data(), n * sizeof(float), owner.native()),
-                "cuMemcpyHtoDAsync");
+                sys::Entry::memcpy_htod_async);
     auto own_p = DeviceSlice<float>::from_host(stream, p_host);
     const auto own_g = DeviceSlice<float>::from_host(stream, g_host);
 

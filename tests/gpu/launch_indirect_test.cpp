@@ -18,12 +18,14 @@ namespace {
 void raw_htod(Stream& stream, DevicePtr dst, const void* src, std::size_t bytes) {
     auto& state = *stream.device().state();
     const auto scope = state.bind();
-    state.check(state.api().memcpy_htod_async(dst, src, bytes, stream.native()), "cuMemcpyHtoDAsync");
+    state.check(state.api().memcpy_htod_async(dst, src, bytes, stream.native()),
+                sys::Entry::memcpy_htod_async);
 }
 void raw_dtoh(Stream& stream, void* dst, DevicePtr src, std::size_t bytes) {
     auto& state = *stream.device().state();
     const auto scope = state.bind();
-    state.check(state.api().memcpy_dtoh_async(dst, src, bytes, stream.native()), "cuMemcpyDtoHAsync");
+    state.check(state.api().memcpy_dtoh_async(dst, src, bytes, stream.native()),
+                sys::Entry::memcpy_dtoh_async);
 }
 
 }  // namespace

@@ -212,7 +212,7 @@ TEST_CASE("multi.cross_device_ordering_held_back_writer_on_device_0_read_on_devi
         d1.state()->check(
             d1.state()->api().memcpy_peer_async(u1.device_ptr(), d1.state()->context(), u0.device_ptr(),
                                                 d0.state()->context(), kN * sizeof(float), s1.native()),
-            "cuMemcpyPeerAsync");
+            sys::Entry::memcpy_peer_async);
     }
     s1.synchronize();
     CHECK(bitwise_equal(u1.to_vector(s1), host));

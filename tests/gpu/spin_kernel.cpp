@@ -42,9 +42,9 @@ SpinKernel::SpinKernel(const Device& device) : device_(device) {
     const auto scope = state.bind();
     const sys::DriverApi& api = state.api();
     sys::Module module = nullptr;
-    state.check(api.module_load_data(&module, binary.data()), "cuModuleLoadData");
+    state.check(api.module_load_data(&module, binary.data()), sys::Entry::module_load_data);
     sys::Function function = nullptr;
-    state.check(api.module_get_function(&function, module, "test_spin"), "cuModuleGetFunction");
+    state.check(api.module_get_function(&function, module, "test_spin"), sys::Entry::module_get_function);
     module_ = module;
     function_ = function;
     clock_khz_ = device.attribute(sys::attr::kClockRate);
@@ -62,7 +62,7 @@ void SpinKernel::launch(Stream& stream, long long cycles) {
     void* params[] = {&cycles};
     state.check(state.api().launch_kernel(static_cast<sys::Function>(function_), 1, 1, 1, 1, 1, 1, 0,
                                           stream.native(), params, nullptr),
-                "cuLaunchKernel");
+                sys::Entry::launch_kernel);
 }
 
 long long SpinKernel::cycles_for_ms(double ms) const {

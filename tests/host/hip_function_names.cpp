@@ -1,6 +1,7 @@
-// hip.* host tests of the CUDA -> HIP function-name table behind cudarc::Error's messages on HIP
-// (Note [HIP function names]). They read the library's sources (CUDARC_SOURCE_ROOT, set by CMake) so
-// that a new call site or a changed adapter cannot slip past the table. No HIP runtime is needed.
+// hip.* host tests of the driver list's names (Note [One driver list]): what cudarc::Error and the
+// "not supported" errors name on each backend. Some read the library's sources (CUDARC_SOURCE_ROOT, set by
+// CMake) so that a call site spelling a driver function's name, or a HIP name no adapter calls, cannot slip
+// past the list. No HIP runtime is needed.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -13,7 +14,7 @@
 
 #include "cudarc/error.hpp"
 #include "sys/backend_function_name.hpp"
-#include "sys/hip/hip_function_names.hpp"
+#include "sys/driver_api.hpp"
 
 namespace fs = std::filesystem;
 namespace sys = cudarc::sys;
@@ -30,21 +31,26 @@ std::string read_file(const fs::path& path) {
     return text.str();
 }
 
-// Every CUDA entry-point name a call site reports: a string literal that starts with "cu" and a capital
-// and is the whole literal or is followed by context in parentheses ("cuModuleLoadData (...)"). The
-// loaders under src/sys/cuda and src/sys/hip are left out: they name entry points to resolve them.
-std::map<std::string, std::string> reported_cuda_names() {
-    const std::regex literal(R"re("(cu[A-Z][A-Za-z0-9_]*)(?:"| \())re");
-    std::map<std::string, std::string> found;  // name -> a file that reports it
-    for (const char* folder : {"src", "include"}) {
+// A string literal that starts with "cu" and a capital: a CUDA driver function's name, alone or followed by
+// more text ("cuModuleLoadData (...)", "cuMemAlloc would ...").
+const std::regex kCudaNameLiteral(R"re("(cu[A-Z][A-Za-z0-9_]*))re");
+
+// Every such literal in the C++ files under `folders`, but for those under `skipped` -> a file holding it.
+std::map<std::string, std::string> cuda_name_literals(std::initializer_list<const char*> folders,
+                                                      std::initializer_list<const char*> skipped,
+                                                      int& files_read) {
+    std::map<std::string, std::string> found;
+    for (const char* folder : folders) {
         for (const auto& entry : fs::recursive_directory_iterator(kSourceRoot / folder)) {
             const fs::path& path = entry.path();
             const std::string relative = fs::relative(path, kSourceRoot).generic_string();
-            if (relative.starts_with("src/sys/cuda/") || relative.starts_with("src/sys/hip/")) continue;
+            bool skip = false;
+            for (const char* prefix : skipped) skip = skip || relative.starts_with(prefix);
             const std::string extension = path.extension().string();
-            if (extension != ".cpp" && extension != ".hpp" && extension != ".h") continue;
+            if (skip || (extension != ".cpp" && extension != ".hpp" && extension != ".h")) continue;
             const std::string text = read_file(path);
-            for (std::sregex_iterator it(text.begin(), text.end(), literal), end; it != end; ++it)
+            ++files_read;
+            for (std::sregex_iterator it(text.begin(), text.end(), kCudaNameLiteral), end; it != end; ++it)
                 found.emplace((*it)[1].str(), relative);
         }
     }
@@ -61,24 +67,39 @@ std::set<std::string> resolved_hip_functions() {
     return out;
 }
 
-}  // namespace
-
-TEST_CASE("hip.function_names_cover_every_call_the_library_reports") {
-    const auto reported = reported_cuda_names();
-    // The scan must have read the sources: these are reported in three different forms.
-    REQUIRE(reported.size() >= 50);
-    REQUIRE(reported.contains("cuMemAlloc"));           // a plain literal (src/core)
-    REQUIRE(reported.contains("cuModuleLoadData"));     // a literal with context (src/rtc)
-    REQUIRE(reported.contains("cuStreamIsCapturing"));  // in src/sys/driver.cpp
-    for (const auto& [name, file] : reported) {
-        INFO(name, " (reported in ", file, ") is not in src/sys/hip/hip_function_names.cpp");
-        bool known = false;
-        for (const auto& entry : sys::hip::function_names()) known = known || name == entry.cuda;
-        CHECK(known);
+// The list's entry for CUDA name `name`, or null.
+const sys::EntryInfo* entry_named(std::string_view name) {
+    for (const auto& info : sys::driver_entries()) {
+        if (name == info.cuda_name) return &info;
     }
+    return nullptr;
 }
 
-TEST_CASE("hip.function_names_are_functions_the_hip_backend_calls") {
+}  // namespace
+
+TEST_CASE("hip.driver_list_is_the_only_place_that_names_driver_functions") {
+    // The scan works: it finds every CUDA name in the list itself.
+    int list_files = 0;
+    const auto in_sys = cuda_name_literals({"src/sys"}, {}, list_files);
+    REQUIRE(list_files >= 10);
+    const std::string list = read_file(kSourceRoot / "src/sys/driver_entries.hpp");
+    for (const auto& info : sys::driver_entries()) {
+        INFO(info.cuda_name);
+        CHECK(in_sys.contains(info.cuda_name));
+        CHECK(list.find("\"" + std::string(info.cuda_name) + "\"") != std::string::npos);
+    }
+    // Outside src/sys nothing spells one: call sites give sys::Entry, and the name comes from the list.
+    int files = 0;
+    const auto outside = cuda_name_literals({"src"}, {"src/sys/"}, files);
+    REQUIRE(files >= 40);
+    for (const auto& [name, file] : outside) {
+        INFO(name, " is spelled in ", file, ": name it by its sys::Entry (src/sys/driver_entries.hpp)");
+        CHECK(entry_named(name) == nullptr);
+    }
+    CHECK(outside.empty());
+}
+
+TEST_CASE("hip.driver_list_names_functions_the_hip_backend_calls") {
     const auto resolved = resolved_hip_functions();
     REQUIRE(resolved.size() >= 60);
     REQUIRE(resolved.contains("hipMalloc"));
@@ -86,16 +107,21 @@ TEST_CASE("hip.function_names_are_functions_the_hip_backend_calls") {
     const std::set<std::string> without_counterpart = {"cuStreamGetCtx", "cuPointerGetAttributes",
                                                        "cuMemGetAddressRange", "cuFuncGetParamInfo"};
     std::set<std::string> seen;
-    for (const auto& entry : sys::hip::function_names()) {
-        INFO("CUDA name ", entry.cuda);
-        CHECK(seen.insert(entry.cuda).second);  // one entry per name
-        if (entry.hip == nullptr) {
-            CHECK(without_counterpart.contains(entry.cuda));
+    std::size_t index = 0;
+    for (const auto& entry : sys::driver_entries()) {
+        INFO("CUDA name ", entry.cuda_name);
+        CHECK(static_cast<std::size_t>(entry.entry) == index++);  // Entry's value is the position
+        CHECK(seen.insert(entry.cuda_name).second);               // one entry per name
+        CHECK(std::string(sys::entry_name(Backend::cuda, entry.entry)) == entry.cuda_name);
+        if (entry.hip_name == nullptr) {
+            CHECK(without_counterpart.contains(entry.cuda_name));
+            CHECK(std::string(sys::entry_name(Backend::hip, entry.entry)) == entry.cuda_name);
             continue;
         }
-        CHECK_FALSE(without_counterpart.contains(entry.cuda));
+        CHECK_FALSE(without_counterpart.contains(entry.cuda_name));
+        CHECK(std::string(sys::entry_name(Backend::hip, entry.entry)) == entry.hip_name);
         // "hipA/hipB": each part must be a function hip_driver.cpp resolves.
-        std::stringstream parts(entry.hip);
+        std::stringstream parts(entry.hip_name);
         std::string part;
         int count = 0;
         while (std::getline(parts, part, '/')) {
@@ -105,7 +131,7 @@ TEST_CASE("hip.function_names_are_functions_the_hip_backend_calls") {
         }
         CHECK(count >= 1);
     }
-    CHECK(seen.size() == sys::hip::function_names().size());
+    CHECK(seen.size() == sys::driver_entries().size());
 }
 
 TEST_CASE("hip.function_names_follow_the_adapters") {
@@ -136,7 +162,8 @@ TEST_CASE("hip.function_names_pass_unknown_names_and_cuda_through") {
                              "nvrtcCompileProgram", "cuMemAllocX", "cuMem", "", "(cuMemAlloc)"}) {
         INFO(name);
         CHECK(sys::backend_function_name(Backend::hip, name) == name);
-        CHECK(sys::hip::hip_function_for(name) == nullptr);
+        const sys::EntryInfo* entry = entry_named(name);
+        CHECK((entry == nullptr || entry->hip_name == nullptr));
     }
 }
 
@@ -162,4 +189,49 @@ TEST_CASE("hip.error_names_the_hip_function_called") {
                                    Backend::cuda);
     CHECK(std::string(cuda_error.what()).starts_with("cuMemAlloc failed on CUDA device 0"));
     CHECK(cuda_error.api() == "cuMemAlloc");
+}
+
+TEST_CASE("hip.driver_errors_name_the_backends_function") {
+    sys::DriverApi cuda_api;  // no error-name entries: the codes are described as unknown
+    cuda_api.backend = Backend::cuda;
+    sys::DriverApi hip_api;
+    hip_api.backend = Backend::hip;
+
+    const cudarc::Error on_cuda = sys::make_error(cuda_api, sys::Entry::stream_destroy, 1, 0);
+    CHECK(std::string(on_cuda.what()) ==
+          "cuStreamDestroy failed on CUDA device 0: unknown error code (1): no description");
+    CHECK(on_cuda.api() == "cuStreamDestroy");
+    const cudarc::Error on_hip = sys::make_error(hip_api, sys::Entry::stream_destroy, 1, 0);
+    CHECK(std::string(on_hip.what()) ==
+          "hipStreamDestroy failed on HIP device 0: unknown error code (1): no description");
+    CHECK(on_hip.api() == "hipStreamDestroy");
+    // Context follows the name as given.
+    const cudarc::Error in_context =
+        sys::make_error(cuda_api, sys::Entry::module_get_function, 500, -1, " ('saxpy' in PTX)");
+    CHECK(std::string(in_context.what())
+              .starts_with("cuModuleGetFunction ('saxpy' in PTX) failed (CUDA): unknown error code (500)"));
+    CHECK(std::string(sys::make_error(hip_api, sys::Entry::mem_alloc, 2, -1).what())
+              .starts_with("hipMalloc failed (HIP)"));
+
+    // A missing optional entry point is named as the backend names it; one HIP has no counterpart for
+    // keeps its CUDA name.
+    CHECK_THROWS_WITH_AS((void)sys::require(cuda_api, cuda_api.mem_alloc_async, sys::Entry::mem_alloc_async),
+                         "cudarc: cuMemAllocAsync is not supported on CUDA by the loaded driver",
+                         cudarc::Error);
+    CHECK_THROWS_WITH_AS((void)sys::require(hip_api, hip_api.mem_alloc_async, sys::Entry::mem_alloc_async),
+                         "cudarc: hipMallocAsync is not supported on HIP by the loaded driver",
+                         cudarc::Error);
+    CHECK_THROWS_WITH_AS((void)sys::require(hip_api, hip_api.stream_get_ctx, sys::Entry::stream_get_ctx),
+                         "cudarc: cuStreamGetCtx is not supported on HIP by the loaded driver",
+                         cudarc::Error);
+    CHECK_THROWS_WITH_AS(sys::throw_missing_entry_point(cuda_api, sys::Entry::launch_kernel_ex,
+                                                        " (needed for cluster launches)"),
+                         "cudarc: cuLaunchKernelEx (needed for cluster launches) is not supported on CUDA by "
+                         "the loaded driver",
+                         cudarc::Error);
+    // A present entry point comes back as it is.
+    hip_api.mem_alloc_async = [](cudarc::DevicePtr*, std::size_t, sys::Stream) { return sys::kSuccess; };
+    const bool same = sys::require(hip_api, hip_api.mem_alloc_async, sys::Entry::mem_alloc_async) ==
+                      hip_api.mem_alloc_async;
+    CHECK(same);
 }

@@ -176,12 +176,12 @@ TEST_CASE("hip.result_codes_mirror_the_cuda_codes_core_code_checks") {
         CHECK(text != nullptr);
     }
     // An Error built from a HIP result names the HIP condition and the backend.
-    const cudarc::Error error = sys::make_error(api, "cuStreamQuery", sys::kErrorNotReady, 0);
+    const cudarc::Error error = sys::make_error(api, sys::Entry::stream_query, sys::kErrorNotReady, 0);
     const std::string what = error.what();
     CHECK(what.find("hipErrorNotReady") != std::string::npos);
     CHECK(what.find("HIP device 0") != std::string::npos);
     CHECK(error.backend() == cudarc::Backend::hip);
-    // ... and the HIP function the adapter called, not the CUDA entry point (Note [HIP function names]).
+    // ... and the HIP function the adapter called, not the CUDA entry point (Note [One driver list]).
     CHECK(what.starts_with("hipStreamQuery failed"));
     CHECK(error.api() == "hipStreamQuery");
 }

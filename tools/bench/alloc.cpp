@@ -80,10 +80,11 @@ sys::MemoryPool default_pool_keeping_memory(const detail::DeviceState& state) {
         return nullptr;
     }
     sys::MemoryPool pool = nullptr;
-    state.check(api.device_get_default_mem_pool(&pool, state.device()), "cuDeviceGetDefaultMemPool");
+    state.check(api.device_get_default_mem_pool(&pool, state.device()),
+                sys::Entry::device_get_default_mem_pool);
     std::uint64_t threshold = std::numeric_limits<std::uint64_t>::max();
     state.check(api.mem_pool_set_attribute(pool, sys::kMemPoolAttrReleaseThreshold, &threshold),
-                "cuMemPoolSetAttribute");
+                sys::Entry::mem_pool_set_attribute);
     return pool;
 }
 
@@ -252,16 +253,16 @@ int run_alloc(const AllocArgs& args) {
                 "cuMemAllocAsync + cuMemFreeAsync", 5000,
                 [&] {
                     DevicePtr p = 0;
-                    state.check(api.mem_alloc_async(&p, bytes, stream.native()), "cuMemAllocAsync");
-                    state.check(api.mem_free_async(p, stream.native()), "cuMemFreeAsync");
+                    state.check(api.mem_alloc_async(&p, bytes, stream.native()), sys::Entry::mem_alloc_async);
+                    state.check(api.mem_free_async(p, stream.native()), sys::Entry::mem_free_async);
                 },
                 sync));
         }
         // Note: cuMemAlloc/cuMemFree take tens of microseconds to milliseconds; fewer calls per round.
         variants.push_back(make_variant("cuMemAlloc + cuMemFree", bytes >= 64 * kMiB ? 10 : 50, [&] {
             DevicePtr p = 0;
-            state.check(api.mem_alloc(&p, bytes), "cuMemAlloc");
-            state.check(api.mem_free(p), "cuMemFree");
+            state.check(api.mem_alloc(&p, bytes), sys::Entry::mem_alloc);
+            state.check(api.mem_free(p), sys::Entry::mem_free);
         }));
         time_interleaved(variants, warmups, rounds);
         const std::uint64_t cached_driver_calls = device.counters().driver_allocations - driver_before;

@@ -94,9 +94,9 @@ int run_core(const CoreArgs& args) {
             warmups, rounds, kIterations, [&] { auto child = parent.fork(); }, sync_parent));
         sys::Stream other = nullptr;
         state.check(api.stream_create_with_priority(&other, sys::kStreamNonBlocking, 0),
-                    "cuStreamCreateWithPriority");
+                    sys::Entry::stream_create_with_priority);
         sys::Event event = nullptr;
-        state.check(api.event_create(&event, sys::kEventDisableTiming), "cuEventCreate");
+        state.check(api.event_create(&event, sys::kEventDisableTiming), sys::Entry::event_create);
         const auto raw = median(time_rounds_us(
             warmups, rounds, kIterations,
             [&] {

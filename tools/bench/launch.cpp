@@ -76,7 +76,7 @@ std::vector<double> time_device_ms(const Device& device, Stream& stream, int war
     return out;
 }
 
-void check(const detail::DeviceState& state, sys::Result result, const char* call) {
+void check(const detail::DeviceState& state, sys::Result result, sys::Entry call) {
     state.check(result, call);
 }
 
@@ -126,7 +126,7 @@ int run_launch(const LaunchArgs& args) {
             [&] {
                 check(state,
                       api.launch_kernel(raw_function, 1, 1, 1, 32, 1, 1, 0, raw_stream, params, nullptr),
-                      "cuLaunchKernel");
+                      sys::Entry::launch_kernel);
             },
             [&] { launch(stream, config, kernel, a, b, s, n); }, sync);
         const auto delta = device.counters() - before;
@@ -155,7 +155,7 @@ int run_launch(const LaunchArgs& args) {
                 check(state,
                       api.launch_kernel(kernel.native(), 1, 1, 1, 32, 1, 1, 0, stream.native(), params,
                                         nullptr),
-                      "cuLaunchKernel");
+                      sys::Entry::launch_kernel);
             },
             [&] { launch(stream, config, kernel, a, b, c, d); }, sync);
         const auto delta = device.counters() - before;
@@ -179,8 +179,8 @@ int run_launch(const LaunchArgs& args) {
         void* read_params[] = {&py, &px};
         sys::Event e1 = nullptr;
         sys::Event e2 = nullptr;
-        check(state, api.event_create(&e1, sys::kEventDisableTiming), "cuEventCreate");
-        check(state, api.event_create(&e2, sys::kEventDisableTiming), "cuEventCreate");
+        check(state, api.event_create(&e1, sys::kEventDisableTiming), sys::Entry::event_create);
+        check(state, api.event_create(&e2, sys::kEventDisableTiming), sys::Entry::event_create);
         const LaunchConfig config{1, 32};
         auto sync_both = [&] {
             stream.synchronize();
@@ -197,15 +197,15 @@ int run_launch(const LaunchArgs& args) {
                 check(state,
                       api.launch_kernel(kernel.native(), 1, 1, 1, 32, 1, 1, 0, stream.native(), write_params,
                                         nullptr),
-                      "cuLaunchKernel");
-                check(state, api.event_record(e1, stream.native()), "cuEventRecord");
-                check(state, api.stream_wait_event(other.native(), e1, 0), "cuStreamWaitEvent");
+                      sys::Entry::launch_kernel);
+                check(state, api.event_record(e1, stream.native()), sys::Entry::event_record);
+                check(state, api.stream_wait_event(other.native(), e1, 0), sys::Entry::stream_wait_event);
                 check(state,
                       api.launch_kernel(kernel.native(), 1, 1, 1, 32, 1, 1, 0, other.native(), read_params,
                                         nullptr),
-                      "cuLaunchKernel");
-                check(state, api.event_record(e2, other.native()), "cuEventRecord");
-                check(state, api.stream_wait_event(stream.native(), e2, 0), "cuStreamWaitEvent");
+                      sys::Entry::launch_kernel);
+                check(state, api.event_record(e2, other.native()), sys::Entry::event_record);
+                check(state, api.stream_wait_event(stream.native(), e2, 0), sys::Entry::stream_wait_event);
             },
             [&] {
                 launch(stream, config, kernel, x, c);  // waits for the last read of x on `other`
@@ -296,7 +296,7 @@ int run_launch(const LaunchArgs& args) {
             check(
                 state,
                 api.memcpy_dtod_async(dst.device_ptr(), src.device_ptr(), n * sizeof(float), stream.native()),
-                "cuMemcpyDtoDAsync");
+                sys::Entry::memcpy_dtod_async);
         }));
         const double bytes = 2.0 * static_cast<double>(n * sizeof(float));
         const double kernel_tbs = bytes / (kernel_ms * 1e-3) / 1e12;

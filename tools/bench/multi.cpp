@@ -191,7 +191,7 @@ int run_multi(const MultiArgs& args) {
                         d1.state()->check(
                             api.memcpy_peer_async(dst.device_ptr(), d1.state()->context(), src.device_ptr(),
                                                   d0.state()->context(), bytes, streams[0].native()),
-                            "cuMemcpyPeerAsync");
+                            sys::Entry::memcpy_peer_async);
                     }
                 };
                 const Pair pair = measure(streams, warmups, rounds, iterations, through_cudarc, raw);

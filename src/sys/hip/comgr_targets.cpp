@@ -15,11 +15,7 @@ constexpr const char* kComgrSonames[] = {"libamd_comgr.so.3", "libamd_comgr.so.2
 
 ComgrTargets ComgrTargets::load(const std::string& preferred_folder) {
     std::vector<std::string> candidates;
-    auto add = [&candidates](std::string path) {
-        if (std::find(candidates.begin(), candidates.end(), path) == candidates.end()) {
-            candidates.push_back(std::move(path));
-        }
-    };
+    auto add = [&candidates](const std::string& path) { append_unique(candidates, path); };
     if (!preferred_folder.empty()) {
         for (const char* soname : kComgrSonames) add(preferred_folder + "/" + soname);
     }
@@ -31,28 +27,31 @@ ComgrTargets ComgrTargets::load(const std::string& preferred_folder) {
     }
 
     ComgrTargets targets;
+    // The first comgr that opens is taken.
+    const auto use = [&targets](const DynamicLibrary& library) -> std::string {
+        targets.get_isa_count_ =
+            reinterpret_cast<decltype(get_isa_count_)>(library.symbol("amd_comgr_get_isa_count"));
+        targets.get_isa_name_ =
+            reinterpret_cast<decltype(get_isa_name_)>(library.symbol("amd_comgr_get_isa_name"));
+        targets.get_isa_metadata_ =
+            reinterpret_cast<decltype(get_isa_metadata_)>(library.symbol("amd_comgr_get_isa_metadata"));
+        targets.destroy_metadata_ =
+            reinterpret_cast<decltype(destroy_metadata_)>(library.symbol("amd_comgr_destroy_metadata"));
+        if (targets.get_isa_count_ == nullptr || targets.get_isa_name_ == nullptr ||
+            targets.get_isa_metadata_ == nullptr || targets.destroy_metadata_ == nullptr) {
+            targets = ComgrTargets{};
+            targets.why_ = library.path() + " lacks the amd_comgr ISA queries (older than comgr 2.0)";
+            return {};
+        }
+        targets.library_path_ = library.path();
+        return {};
+    };
     std::vector<std::string> attempts;
-    const DynamicLibrary library = DynamicLibrary::open_first(candidates, attempts);
-    if (!library.loaded()) {
+    // Note [Loading a vendor library]
+    if (!DynamicLibrary::load_first(candidates, use, attempts)) {
         targets.why_ = "the AMD code object manager (libamd_comgr) could not be loaded; tried: " +
                        join_lines(attempts, "; ");
-        return targets;
     }
-    targets.get_isa_count_ =
-        reinterpret_cast<decltype(get_isa_count_)>(library.symbol("amd_comgr_get_isa_count"));
-    targets.get_isa_name_ =
-        reinterpret_cast<decltype(get_isa_name_)>(library.symbol("amd_comgr_get_isa_name"));
-    targets.get_isa_metadata_ =
-        reinterpret_cast<decltype(get_isa_metadata_)>(library.symbol("amd_comgr_get_isa_metadata"));
-    targets.destroy_metadata_ =
-        reinterpret_cast<decltype(destroy_metadata_)>(library.symbol("amd_comgr_destroy_metadata"));
-    if (targets.get_isa_count_ == nullptr || targets.get_isa_name_ == nullptr ||
-        targets.get_isa_metadata_ == nullptr || targets.destroy_metadata_ == nullptr) {
-        targets = ComgrTargets{};
-        targets.why_ = library.path() + " lacks the amd_comgr ISA queries (older than comgr 2.0)";
-        return targets;
-    }
-    targets.library_path_ = library.path();
     return targets;
 }
 

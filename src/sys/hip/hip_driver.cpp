@@ -76,8 +76,8 @@ DevicePtr as_device_ptr(const void* ptr) noexcept {
 }
 
 // ---- Adapters, in DriverApi's order ----
-// Errors name the HIP function each adapter calls: keep hip_function_names.cpp in step (Note [HIP
-// function names]).
+// Errors name the HIP function each adapter calls: keep the HIP names in src/sys/driver_entries.hpp in
+// step (Note [One driver list]).
 
 Result get_error_name(Result result, const char** name) {
     const char* text = hip_entry().get_error_name(result);
@@ -638,20 +638,12 @@ std::vector<std::string> hip_runtime_candidates(const std::string& override_path
 HipLoadReport load_hip_runtime_from(const std::vector<std::string>& candidates, DriverApi& api) {
     HipLoadReport report;
     std::vector<std::string> attempts;
-    for (const auto& candidate : candidates) {
-        std::vector<std::string> failed_open;
-        DynamicLibrary library = DynamicLibrary::open_first({candidate}, failed_open);
-        if (!library.loaded()) {
-            attempts.insert(attempts.end(), failed_open.begin(), failed_open.end());
-            continue;
-        }
+    const auto use = [&api, &report](const DynamicLibrary& library) -> std::string {
         std::vector<std::string> missing;
         const HipEntryPoints entry_points = resolve_entry_points(library, missing);
         if (!missing.empty()) {
-            attempts.push_back(candidate + ": not a usable HIP runtime (lacks " + join_lines(missing, ", ") +
-                               ")");
             report.stage = HipLoadStage::entry_points_missing;
-            continue;
+            return "not a usable HIP runtime (lacks " + join_lines(missing, ", ") + ")";
         }
         report.library_path = library.resolved_path(reinterpret_cast<void*>(entry_points.init));
         // Note: published once per load and never freed, like the library handle itself (vendor
@@ -661,15 +653,16 @@ HipLoadReport load_hip_runtime_from(const std::vector<std::string>& candidates, 
         report.init_result = api.init(0);
         if (report.init_result != kSuccess) {
             report.stage = HipLoadStage::init_failed;
-            report.why = std::string(make_error(api, "hipInit", report.init_result, -1).what()) +
+            report.why = std::string(make_error(api, Entry::init, report.init_result, -1).what()) +
                          " (HIP runtime loaded from " + report.library_path +
                          "; is an AMD GPU present and /dev/kfd accessible to this user?)";
-            return report;
+            return {};  // taken: its hipInit failed, and no other runtime is tried
         }
         report.stage = HipLoadStage::ready;
-        return report;
-    }
-    if (candidates.empty()) attempts.emplace_back("(no candidate paths)");
+        return {};
+    };
+    // Note [Loading a vendor library]
+    if (DynamicLibrary::load_first(candidates, use, attempts)) return report;
     report.why = "the HIP runtime (libamdhip64.so.7, .so.6 or .so.5) could not be loaded; tried: " +
                  join_lines(attempts, "; ") +
                  ". Install ROCm's HIP runtime (e.g. Debian's libamdhip64-5), set ROCM_PATH, or set "

@@ -38,11 +38,6 @@ struct HipLoadReport {
 // so callers can still ask it for error names.
 HipLoadReport load_hip_runtime_from(const std::vector<std::string>& candidates, DriverApi& api);
 
-// The offload target of AMD device `ordinal` as hiprtc takes it, e.g. "gfx90a:sramecc+:xnack-"
-// (hipDeviceProp_t::gcnArchName). Throws cudarc::Error when the HIP runtime is not loaded or the
-// device cannot be queried.
-[[nodiscard]] std::string hip_device_offload_arch(int ordinal);
-
 // The gcnArchName held in a hipDeviceProp_t image. Found by content (a NUL-terminated "gfx..." that
 // does not continue a longer word), because the struct's layout differs between ROCm releases.
 // A full target ID ("gfx90a:sramecc+:xnack-") wins over a bare processor name. Empty if none.

@@ -269,13 +269,7 @@ std::vector<std::string> hiprtc_candidates(const std::string& override_path, con
 
 bool load_hiprtc_from(const std::vector<std::string>& candidates, RtcApi& api, std::string& why) {
     std::vector<std::string> attempts;
-    for (const auto& candidate : candidates) {
-        std::vector<std::string> failed_open;
-        DynamicLibrary library = DynamicLibrary::open_first({candidate}, failed_open);
-        if (!library.loaded()) {
-            attempts.insert(attempts.end(), failed_open.begin(), failed_open.end());
-            continue;
-        }
+    const auto use = [&api](const DynamicLibrary& library) -> std::string {
         RtcApi table;
         table.backend = Backend::hip;
         HiprtcState hiprtc;
@@ -291,10 +285,7 @@ bool load_hiprtc_from(const std::vector<std::string>& candidates, RtcApi& api, s
         resolve(library, table.get_binary, "hiprtcGetCode", missing);
         resolve(library, table.add_name_expression, "hiprtcAddNameExpression", missing);
         resolve(library, table.get_lowered_name, "hiprtcGetLoweredName", missing);
-        if (!missing.empty()) {
-            attempts.push_back(candidate + ": holds no hiprtc (lacks " + join_lines(missing, ", ") + ")");
-            continue;
-        }
+        if (!missing.empty()) return "holds no hiprtc (lacks " + join_lines(missing, ", ") + ")";
         // hiprtcResult numbers its codes as nvrtcResult does, so the error strings serve as they are.
         table.get_error_string = hiprtc.get_error_string;
         table.create_program = create_program;
@@ -302,6 +293,7 @@ bool load_hiprtc_from(const std::vector<std::string>& candidates, RtcApi& api, s
         table.get_log_size = get_log_size;
         table.get_log = get_log;
         table.destroy_program = destroy_program;
+        table.known_targets = hiprtc_known_targets;
         table.library_path = library.resolved_path(reinterpret_cast<void*>(table.version));
         hiprtc.targets =
             hip::ComgrTargets::load(std::filesystem::path(table.library_path).parent_path().string());
@@ -309,9 +301,10 @@ bool load_hiprtc_from(const std::vector<std::string>& candidates, RtcApi& api, s
         // table filled so far stay valid.
         g_state.store(new HiprtcState(std::move(hiprtc)), std::memory_order_release);
         api = std::move(table);
-        return true;
-    }
-    if (candidates.empty()) attempts.emplace_back("(no candidate paths)");
+        return {};
+    };
+    // Note [Loading a vendor library]
+    if (DynamicLibrary::load_first(candidates, use, attempts)) return true;
     why =
         "hiprtc (libhiprtc.so.7/.6/.5, or libamdhip64 on ROCm 5.2 and older) could not be loaded; tried: " +
         join_lines(attempts, "; ") +

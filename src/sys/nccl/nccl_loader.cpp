@@ -211,24 +211,15 @@ NcclSearch nccl_search(const NcclSearchEnvironment& env) {
 
 bool load_nccl_from(const NcclSearch& search, NcclApi& api, std::string& why) {
     std::vector<std::string> attempts;
-    for (const auto& candidate : search.candidates) {
-        std::vector<std::string> failed_open;
-        DynamicLibrary library = DynamicLibrary::open_first({candidate}, failed_open);
-        if (!library.loaded()) {
-            attempts.insert(attempts.end(), failed_open.begin(), failed_open.end());
-            continue;
-        }
+    const auto use = [&api](const DynamicLibrary& library) -> std::string {
         NcclApi table;
-        if (std::string problem = fill_table(library, table); !problem.empty()) {
-            attempts.push_back(candidate + ": " + problem);
-            continue;
-        }
+        if (std::string problem = fill_table(library, table); !problem.empty()) return problem;
         table.library_path = library.resolved_path(reinterpret_cast<void*>(table.get_version));
-        // Note: the handle is deliberately leaked (never dlclose'd), like every vendor library here.
         api = std::move(table);
-        return true;
-    }
-    if (search.candidates.empty()) attempts.emplace_back("(no candidate paths)");
+        return {};
+    };
+    // Note [Loading a vendor library]
+    if (DynamicLibrary::load_first(search.candidates, use, attempts)) return true;
     why = "NCCL (libnccl.so.2) could not be loaded; tried: " + join_lines(attempts, "; ");
     if (!search.site_folders.empty()) {
         why += ". No nvidia/nccl/lib/libnccl.so.2 in the Python site folders " +

@@ -48,13 +48,7 @@ std::vector<std::string> nvrtc_candidates(const std::string& override_path) {
 
 bool load_nvrtc_from(const std::vector<std::string>& candidates, RtcApi& api, std::string& why) {
     std::vector<std::string> attempts;
-    for (const auto& candidate : candidates) {
-        std::vector<std::string> failed_open;
-        DynamicLibrary library = DynamicLibrary::open_first({candidate}, failed_open);
-        if (!library.loaded()) {
-            attempts.insert(attempts.end(), failed_open.begin(), failed_open.end());
-            continue;
-        }
+    const auto use = [&api](const DynamicLibrary& library) -> std::string {
         RtcApi table;
         table.backend = Backend::cuda;
         std::vector<std::string> missing;
@@ -73,16 +67,13 @@ bool load_nvrtc_from(const std::vector<std::string>& candidates, RtcApi& api, st
         resolve(library, table.get_lowered_name, "nvrtcGetLoweredName", &missing);
         resolve(library, table.get_num_supported_archs, "nvrtcGetNumSupportedArchs", nullptr);
         resolve(library, table.get_supported_archs, "nvrtcGetSupportedArchs", nullptr);
-        if (!missing.empty()) {
-            attempts.push_back(candidate + ": not a usable NVRTC (lacks " + join_lines(missing, ", ") + ")");
-            continue;
-        }
+        if (!missing.empty()) return "not a usable NVRTC (lacks " + join_lines(missing, ", ") + ")";
         table.library_path = library.resolved_path(reinterpret_cast<void*>(table.version));
-        // Note: the handle is deliberately leaked (never dlclose'd), like every vendor library here.
         api = std::move(table);
-        return true;
-    }
-    if (candidates.empty()) attempts.emplace_back("(no candidate paths)");
+        return {};
+    };
+    // Note [Loading a vendor library]
+    if (DynamicLibrary::load_first(candidates, use, attempts)) return true;
     why =
         "NVRTC (libnvrtc.so.13 or libnvrtc.so.12) could not be loaded; tried: " + join_lines(attempts, "; ") +
         ". Install the CUDA toolkit's NVRTC (e.g. the cuda-nvrtc package, or pip's nvidia-cuda-nvrtc wheel), "
