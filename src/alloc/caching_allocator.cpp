@@ -100,7 +100,7 @@ Allocation CachingAllocator::allocate(std::size_t bytes, StreamKey stream, NewSe
             "{} would invalidate the capture; allocate buffers of this size on this stream once before "
             "capturing (freed blocks stay cached), or use MemorySource::stream_ordered",
             bytes, small ? "small-pool" : "large-pool",
-            sys::entry_name(backend_->backend(), sys::Entry::mem_alloc)));
+            sys::entry_name(backend_.backend(), sys::Entry::mem_alloc)));
     } else {
         ++stats_.cache_misses;
         block = allocate_with_escalation(size, stream, small);
