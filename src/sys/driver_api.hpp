@@ -187,7 +187,6 @@ enum class Entry : unsigned char {
 // The facts the list holds about one entry.
 struct EntryInfo {
     Entry entry;
-    const char* field;      // "mem_alloc"
     const char* cuda_name;  // "cuMemAlloc"
     const char* hip_name;   // "hipMalloc"; null where HIP leaves the field empty
     EntryNeed need;         // on CUDA

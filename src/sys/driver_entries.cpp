@@ -7,12 +7,9 @@
 namespace cudarc::sys {
 namespace {
 
-constexpr EntryNeed required = EntryNeed::required;
-constexpr EntryNeed optional = EntryNeed::optional;
-
 constexpr std::array kEntries = {
 #define CUDARC_SYS_DRIVER_INFO(field, cuda_name, hip_name, need, min_version, ...) \
-    EntryInfo{Entry::field, #field, cuda_name, hip_name, need, min_version},
+    EntryInfo{Entry::field, cuda_name, hip_name, EntryNeed::need, min_version},
     CUDARC_SYS_DRIVER_ENTRIES(CUDARC_SYS_DRIVER_INFO)
 #undef CUDARC_SYS_DRIVER_INFO
 };
