@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cudarc/detail/native_handles.hpp"
+#include "cudarc/export.hpp"
 
 namespace cudarc {
 
@@ -72,6 +73,6 @@ struct AllocatorSnapshot {
     std::vector<Segment> segments;
 };
 
-[[nodiscard]] const char* to_string(AllocatorSnapshot::BlockState state) noexcept;
+[[nodiscard]] CUDARC_API const char* to_string(AllocatorSnapshot::BlockState state) noexcept;
 
 }  // namespace cudarc

@@ -9,6 +9,7 @@
 
 #include "cudarc/detail/buffer.hpp"
 #include "cudarc/device.hpp"
+#include "cudarc/export.hpp"
 #include "cudarc/slice.hpp"
 #include "cudarc/stream.hpp"
 
@@ -19,8 +20,9 @@ namespace detail {
 // (cuPointerGetAttributes, cuMemGetAddressRange), and that `owner` is a stream of `device`; throws a clear
 // error naming the failed check, else returns a borrowed Buffer. `hook` (may be empty) runs once cudarc's
 // uses have completed; on a throw it has not run and is the caller's to run.
-[[nodiscard]] Buffer borrow_memory(const Device& device, DevicePtr ptr, std::size_t count,
-                                   std::size_t element_size, const Stream* owner, ReleaseHook hook);
+[[nodiscard]] CUDARC_API Buffer borrow_memory(const Device& device, DevicePtr ptr, std::size_t count,
+                                              std::size_t element_size, const Stream* owner,
+                                              ReleaseHook hook);
 }  // namespace detail
 
 // A typed, non-owning slice over device memory that another library owns. `T` may be const: then it can
@@ -79,15 +81,14 @@ class BorrowedSlice {
     // Declares that `stream` uses this memory through its raw pointer (see DeviceSlice::record_stream).
     void record_stream(Stream& stream) {
         buffer_.check_same_device(stream);
-        buffer_.hazards().record_use(stream.state());
+        buffer_.hazards().record_use(detail::Internals::stream_state(stream));
     }
 
-    // Internal.
-    [[nodiscard]] detail::Buffer& buffer() noexcept { return buffer_; }
+  private:
+    friend struct detail::Internals;  // Note [Internal access]
     BorrowedSlice(detail::Buffer buffer, std::size_t count) noexcept
         : buffer_(std::move(buffer)), size_(count) {}
 
-  private:
     static DevicePtr address_of(T* ptr) noexcept {
         return static_cast<DevicePtr>(reinterpret_cast<std::uintptr_t>(ptr));
     }
@@ -95,5 +96,14 @@ class BorrowedSlice {
     detail::Buffer buffer_;
     std::size_t size_ = 0;
 };
+
+template <typename T>
+detail::Buffer& detail::Internals::buffer(BorrowedSlice<T>& slice) noexcept {
+    return slice.buffer_;
+}
+template <typename T>
+BorrowedSlice<T> detail::Internals::make_borrowed(Buffer buffer, std::size_t count) noexcept {
+    return BorrowedSlice<T>(std::move(buffer), count);
+}
 
 }  // namespace cudarc

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cudarc/error.hpp"
+#include "cudarc/export.hpp"
 
 namespace cudarc {
 
@@ -34,13 +35,13 @@ struct CompileOptions {
 // What a compile produces, as decided by CompileOptions::arch.
 enum class CodeFormat { ptx, cubin, amd_code_object };
 
-[[nodiscard]] const char* to_string(CodeFormat format) noexcept;
+[[nodiscard]] CUDARC_API const char* to_string(CodeFormat format) noexcept;
 
 // The format `arch` compiles to for `backend`; throws cudarc::Error when `arch` is not an
 // architecture name of that backend (e.g. "sm90", "gfx90a" on CUDA, empty).
-[[nodiscard]] CodeFormat code_format_for(const std::string& arch, Backend backend);
+[[nodiscard]] CUDARC_API CodeFormat code_format_for(const std::string& arch, Backend backend);
 
 // "sm_90" for compute capability 9.0: the exact architecture of a CUDA device.
-[[nodiscard]] std::string cuda_arch_name(int major, int minor);
+[[nodiscard]] CUDARC_API std::string cuda_arch_name(int major, int minor);
 
 }  // namespace cudarc

@@ -5,10 +5,13 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "cudarc/allocator.hpp"
 #include "cudarc/counters.hpp"
+#include "cudarc/detail/internals.hpp"
 #include "cudarc/error.hpp"
+#include "cudarc/export.hpp"
 
 namespace cudarc {
 
@@ -55,7 +58,7 @@ struct DeviceOptions {
 // A Device is a shared handle, like CCCL's device_ref or Rust cudarc's Arc<CudaContext>: copies, and
 // opening the same ordinal twice, give handles to one device state (same counters, same allocator), and
 // copying costs a reference count. Buffers and streams keep the device state alive.
-class Device {
+class CUDARC_API Device {
   public:
     // Number of devices visible to the active backend. Throws cudarc::Error when no driver can be loaded.
     [[nodiscard]] static int count();
@@ -136,12 +139,19 @@ class Device {
     // can use the GPU again.
     [[nodiscard]] bool lost() const noexcept;
 
-    // Internal: the shared state (for the library's own templates and tests).
-    [[nodiscard]] const std::shared_ptr<detail::DeviceState>& state() const noexcept { return state_; }
+  private:
+    friend struct detail::Internals;  // Note [Internal access]
     explicit Device(std::shared_ptr<detail::DeviceState> state) noexcept;
 
-  private:
     std::shared_ptr<detail::DeviceState> state_;
 };
+
+inline const std::shared_ptr<detail::DeviceState>& detail::Internals::device_state(
+    const Device& device) noexcept {
+    return device.state_;
+}
+inline Device detail::Internals::make_device(std::shared_ptr<DeviceState> state) noexcept {
+    return Device(std::move(state));
+}
 
 }  // namespace cudarc

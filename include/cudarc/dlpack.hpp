@@ -12,6 +12,7 @@
 
 #include "cudarc/borrowed.hpp"
 #include "cudarc/detail/dlpack_abi.hpp"
+#include "cudarc/export.hpp"
 #include "cudarc/slice.hpp"
 
 namespace cudarc {
@@ -74,16 +75,18 @@ struct DlpackPlan {
 // Checks `source` for elements `element` on device `ordinal` without touching a driver (host tests call it
 // directly). On a problem it runs the tensor's deleter (the import took ownership) and throws
 // cudarc::Error naming the problem.
-[[nodiscard]] DlpackPlan check_dlpack(DlpackSource source, int ordinal, const DlpackElement& element);
+[[nodiscard]] CUDARC_API DlpackPlan check_dlpack(DlpackSource source, int ordinal,
+                                                 const DlpackElement& element);
 // check_dlpack, then borrow_memory; the deleter runs exactly once: on rejection before the throw, else once
 // cudarc's uses of the memory have completed (Note [Deferred release]).
-[[nodiscard]] std::pair<Buffer, std::size_t> import_dlpack(const Device& device, DlpackSource source,
-                                                           const DlpackElement& element,
-                                                           const Stream* stream);
+[[nodiscard]] CUDARC_API std::pair<Buffer, std::size_t> import_dlpack(const Device& device,
+                                                                      DlpackSource source,
+                                                                      const DlpackElement& element,
+                                                                      const Stream* stream);
 // Moves `buffer` (owned, of `count` elements of `dtype`) into a managed tensor whose deleter frees it, after
 // making `stream` wait for cudarc's pending work on it. On a throw `buffer` is as it was.
-[[nodiscard]] void* export_dlpack(Buffer& buffer, std::size_t count, dlpack::DLDataType dtype, Stream& stream,
-                                  bool versioned);
+[[nodiscard]] CUDARC_API void* export_dlpack(Buffer& buffer, std::size_t count, dlpack::DLDataType dtype,
+                                             Stream& stream, bool versioned);
 
 // A managed tensor type laid out as DLManagedTensorVersioned / DLManagedTensor (cudarc's, or a
 // framework's own declaration of the same ABI).
@@ -143,7 +146,7 @@ requires(detail::dlpack_versioned<Managed> || detail::dlpack_legacy<Managed>)
     [[nodiscard]] BorrowedSlice<T> from_dlpack(const Device& device, Managed* tensor, const Stream& stream) {
     auto [buffer, count] =
         detail::import_dlpack(device, detail::as_source(tensor), detail::dlpack_element<T>(), &stream);
-    return BorrowedSlice<T>(std::move(buffer), count);
+    return detail::Internals::make_borrowed<T>(std::move(buffer), count);
 }
 // The same without a stream: the data must be ready for any stream (the producer synchronized).
 template <typename T, typename Managed>
@@ -151,7 +154,7 @@ requires(detail::dlpack_versioned<Managed> || detail::dlpack_legacy<Managed>)
     [[nodiscard]] BorrowedSlice<T> from_dlpack(const Device& device, Managed* tensor) {
     auto [buffer, count] =
         detail::import_dlpack(device, detail::as_source(tensor), detail::dlpack_element<T>(), nullptr);
-    return BorrowedSlice<T>(std::move(buffer), count);
+    return detail::Internals::make_borrowed<T>(std::move(buffer), count);
 }
 
 // Hands `slice` to a DLPack consumer as a one-dimensional DLPack 1.x tensor (device type kDLCUDA). The
@@ -162,7 +165,8 @@ requires(detail::dlpack_versioned<Managed> || detail::dlpack_legacy<Managed>)
 template <typename T>
 [[nodiscard]] dlpack::DLManagedTensorVersioned* to_dlpack(DeviceSlice<T>&& slice, Stream& stream) {
     const std::size_t count = slice.size();
-    void* tensor = detail::export_dlpack(slice.buffer(), count, dlpack_dtype<T>, stream, true);
+    void* tensor =
+        detail::export_dlpack(detail::Internals::buffer(slice), count, dlpack_dtype<T>, stream, true);
     slice = DeviceSlice<T>();
     return static_cast<dlpack::DLManagedTensorVersioned*>(tensor);
 }
@@ -170,7 +174,8 @@ template <typename T>
 template <typename T>
 [[nodiscard]] dlpack::DLManagedTensor* to_dlpack_legacy(DeviceSlice<T>&& slice, Stream& stream) {
     const std::size_t count = slice.size();
-    void* tensor = detail::export_dlpack(slice.buffer(), count, dlpack_dtype<T>, stream, false);
+    void* tensor =
+        detail::export_dlpack(detail::Internals::buffer(slice), count, dlpack_dtype<T>, stream, false);
     slice = DeviceSlice<T>();
     return static_cast<dlpack::DLManagedTensor*>(tensor);
 }

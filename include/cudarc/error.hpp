@@ -6,17 +6,19 @@
 #include <string>
 #include <string_view>
 
+#include "cudarc/export.hpp"
+
 namespace cudarc {
 
 // Which vendor runtime a device or a call belongs to.
 enum class Backend { cuda, hip };
 
-[[nodiscard]] const char* to_string(Backend backend) noexcept;
+[[nodiscard]] CUDARC_API const char* to_string(Backend backend) noexcept;
 
 // Thrown for every failure: a failing driver call, a library that cannot be loaded, bad input.
 // Note: the library never calls abort(); destructors swallow errors and record them for the next
 // call on the same device (see Device::rethrow_deferred_error).
-class Error : public std::runtime_error {
+class CUDARC_API Error : public std::runtime_error {
   public:
     // A failure that is not a driver call (bad input, missing library).
     explicit Error(const std::string& message) : std::runtime_error(message) {}
@@ -55,7 +57,7 @@ class Error : public std::runtime_error {
 
 // The allocator could not satisfy a request even after freeing its cache and waiting for pending
 // frees. Carries the figures needed to understand why.
-class OutOfMemory : public Error {
+class CUDARC_API OutOfMemory : public Error {
   public:
     struct Figures {
         std::size_t requested = 0;  // bytes asked for (after rounding)
@@ -80,7 +82,7 @@ class OutOfMemory : public Error {
 // a launch timeout): the driver refuses all further work on it in this process. Thrown by the call that
 // met the error and by every later call on that device, each naming the first error (api(), result()).
 // Note: nothing but a new process gets the device back; free host resources and exit.
-class DeviceLost : public Error {
+class CUDARC_API DeviceLost : public Error {
   public:
     explicit DeviceLost(const Error& cause);
 };

@@ -4,7 +4,9 @@
 #include <cstdint>
 #include <memory>
 
+#include "cudarc/detail/internals.hpp"
 #include "cudarc/detail/native_handles.hpp"
+#include "cudarc/export.hpp"
 
 namespace cudarc {
 
@@ -20,7 +22,7 @@ enum class EventTiming { disabled, enabled };
 
 // An event from the device's pool (timing events are created fresh). Move-only; returned to the pool on
 // destruction.
-class Event {
+class CUDARC_API Event {
   public:
     explicit Event(const Device& device, EventTiming timing = EventTiming::disabled);
     Event(const Event&) = delete;
@@ -44,10 +46,9 @@ class Event {
 
     [[nodiscard]] NativeEvent native() const noexcept { return event_; }
     [[nodiscard]] bool timing() const noexcept { return timing_ == EventTiming::enabled; }
-    // Internal: the serial number of the graph capture the event was last recorded in (0: none).
-    [[nodiscard]] std::uint64_t recorded_in_capture() const noexcept { return recorded_in_capture_; }
 
   private:
+    friend struct detail::Internals;  // Note [Internal access]
     void release() noexcept;
     void refuse_if_captured(const char* what) const;
 
@@ -56,5 +57,9 @@ class Event {
     EventTiming timing_ = EventTiming::disabled;
     std::uint64_t recorded_in_capture_ = 0;
 };
+
+inline std::uint64_t detail::Internals::recorded_in_capture(const Event& event) noexcept {
+    return event.recorded_in_capture_;
+}
 
 }  // namespace cudarc

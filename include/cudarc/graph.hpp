@@ -6,7 +6,9 @@
 #include <utility>
 #include <vector>
 
+#include "cudarc/detail/internals.hpp"
 #include "cudarc/detail/native_handles.hpp"
+#include "cudarc/export.hpp"
 #include "cudarc/stream.hpp"
 
 namespace cudarc {
@@ -21,7 +23,7 @@ enum class GraphUpdate {
     in_place,        // the new capture has the same shape: the executable graph was updated and kept
     reinstantiated,  // the shape differed (or the driver cannot update): a new executable graph replaced it
 };
-[[nodiscard]] const char* to_string(GraphUpdate update) noexcept;
+[[nodiscard]] CUDARC_API const char* to_string(GraphUpdate update) noexcept;
 
 // One byte range that a graph's work reads or writes (Graph::accesses).
 struct GraphAccess {
@@ -38,7 +40,7 @@ struct GraphAccess {
 // the graph: it is reused only after the graph is destroyed and its last replay has completed. Any other
 // buffer the graph uses must stay alive while the graph may be launched: a launch after one was destroyed
 // throws, naming it, and enqueues nothing.
-class Graph {
+class CUDARC_API Graph {
   public:
     Graph(const Graph&) = delete;
     Graph& operator=(const Graph&) = delete;
@@ -64,18 +66,18 @@ class Graph {
     // inside the capture excluded: it belongs to the graph alone).
     [[nodiscard]] std::vector<GraphAccess> accesses() const;
 
-    // Internal.
+  private:
+    friend struct detail::Internals;  // Note [Internal access]
     explicit Graph(std::unique_ptr<detail::GraphState> state) noexcept;
 
-  private:
     std::unique_ptr<detail::GraphState> state_;
 };
 
 namespace detail {
 enum class Instantiate { yes, no };
-void begin_capture(Stream& stream);
-Graph end_capture(Stream& stream, Instantiate instantiate);
-void abandon_capture(Stream& stream) noexcept;
+CUDARC_API void begin_capture(Stream& stream);
+CUDARC_API Graph end_capture(Stream& stream, Instantiate instantiate);
+CUDARC_API void abandon_capture(Stream& stream) noexcept;
 
 // Begins a capture on `stream` and runs `body` in it; a body that throws abandons the capture.
 template <typename Body>

@@ -9,8 +9,10 @@
 #include <utility>
 #include <vector>
 
+#include "cudarc/detail/internals.hpp"
 #include "cudarc/detail/native_handles.hpp"
 #include "cudarc/error.hpp"
+#include "cudarc/export.hpp"
 
 namespace cudarc {
 
@@ -35,7 +37,7 @@ struct FunctionAttributes {
 
 // A kernel of a loaded module, without a signature. Cheap to copy; it keeps its module loaded.
 // Launch it through Kernel<Sig> (checked at compile time) or launch_dynamic (checked at run time).
-class Function {
+class CUDARC_API Function {
   public:
     Function() = default;  // empty: launching it throws
 
@@ -60,17 +62,24 @@ class Function {
 
     [[nodiscard]] NativeFunction native() const noexcept { return handle_; }
 
-    // Internal: the device the kernel lives on (for the launch path, which compares it with the stream's).
-    [[nodiscard]] detail::DeviceState* device_state() const noexcept { return device_; }
+  private:
+    friend struct detail::Internals;  // Note [Internal access]
     Function(std::shared_ptr<const detail::FunctionRecord> record, NativeFunction handle,
              detail::DeviceState* device) noexcept
         : record_(std::move(record)), handle_(handle), device_(device) {}
 
-  private:
     std::shared_ptr<const detail::FunctionRecord> record_;
     NativeFunction handle_ = nullptr;
     detail::DeviceState* device_ = nullptr;
 };
+
+inline detail::DeviceState* detail::Internals::function_device(const Function& function) noexcept {
+    return function.device_;
+}
+inline Function detail::Internals::make_function(std::shared_ptr<const FunctionRecord> record,
+                                                 NativeFunction handle, DeviceState* device) noexcept {
+    return Function(std::move(record), handle, device);
+}
 
 template <typename T>
 class DeviceSlice;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cudarc/compile_options.hpp"
+#include "cudarc/export.hpp"
 #include "cudarc/nvrtc.hpp"
 
 namespace cudarc {
@@ -23,7 +24,7 @@ namespace cudarc {
 // Where a cached compile's result came from.
 enum class CacheSource { compiled, memory, disk };
 
-[[nodiscard]] const char* to_string(CacheSource source) noexcept;
+[[nodiscard]] CUDARC_API const char* to_string(CacheSource source) noexcept;
 
 struct CachedProgram {
     CompiledProgram program;
@@ -35,7 +36,7 @@ struct CachedProgram {
     std::string disk_note;
 };
 
-class KernelCache {
+class CUDARC_API KernelCache {
   public:
     // The disk cache's default size cap (CUDARC_CACHE_MAX_BYTES overrides it for the process cache), of the
     // order of the driver's own JIT cache (CUDA_CACHE_MAXSIZE).
@@ -91,10 +92,11 @@ class KernelCache {
 };
 
 // KernelCache::process_cache().compile(program, options).
-[[nodiscard]] CachedProgram compile_cached(const Program& program, const CompileOptions& options);
+[[nodiscard]] CUDARC_API CachedProgram compile_cached(const Program& program, const CompileOptions& options);
 
 // The cached compile of a file shipped under kernels/, e.g. compile_embedded_cached("bench.cu", options).
-[[nodiscard]] CachedProgram compile_embedded_cached(std::string_view file_name, const CompileOptions& options,
-                                                    const std::vector<std::string>& name_expressions = {});
+[[nodiscard]] CUDARC_API CachedProgram
+compile_embedded_cached(std::string_view file_name, const CompileOptions& options,
+                        const std::vector<std::string>& name_expressions = {});
 
 }  // namespace cudarc

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "cudarc/detail/launch_args.hpp"
+#include "cudarc/export.hpp"
 #include "cudarc/kernel.hpp"
 #include "cudarc/launch_config.hpp"
 #include "cudarc/slice.hpp"
@@ -149,7 +150,7 @@ class KernelArg {
 // Launches `function` with arguments whose types are known only at run time. Where the driver can tell
 // (CUDA 12.4 and newer) the argument count and each argument's size are checked against the kernel's
 // parameters, with an error naming the first mismatch; hazard tracking works as for cudarc::launch.
-void launch_dynamic(Stream& stream, const LaunchConfig& config, const Function& function,
-                    std::span<const KernelArg> args);
+CUDARC_API void launch_dynamic(Stream& stream, const LaunchConfig& config, const Function& function,
+                               std::span<const KernelArg> args);
 
 }  // namespace cudarc

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "cudarc/error.hpp"
+#include "cudarc/export.hpp"
 
 namespace cudarc {
 
@@ -44,7 +45,7 @@ struct DeviceShape {
 //
 // Note: without attributes a launch is a plain cuLaunchKernel; only a cluster or a cooperative launch takes
 // the cuLaunchKernelEx path, so the common case stays as cheap as the raw driver call.
-struct LaunchConfig {
+struct CUDARC_API LaunchConfig {
     Dim3 grid = Dim3{};
     Dim3 block = Dim3{};
     // Dynamic shared memory per block. Above 48 KB the kernel must first allow it:

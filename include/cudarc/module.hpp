@@ -12,6 +12,7 @@
 
 #include "cudarc/compile_options.hpp"
 #include "cudarc/detail/native_handles.hpp"
+#include "cudarc/export.hpp"
 #include "cudarc/kernel.hpp"
 #include "cudarc/nvrtc.hpp"
 #include "cudarc/slice.hpp"
@@ -36,7 +37,7 @@ struct GlobalSymbol {
 
 // Device code loaded into a device's primary context. Move-only; unloaded when the Module and every
 // Function / Kernel taken from it are gone (they keep it loaded).
-class Module {
+class CUDARC_API Module {
   public:
     // PTX text (the driver compiles it for the device). Throws cudarc::Error with the driver's message.
     [[nodiscard]] static Module from_ptx(const Device& device, std::string_view ptx);

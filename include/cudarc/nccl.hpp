@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "cudarc/device.hpp"
+#include "cudarc/export.hpp"
 #include "cudarc/optim/element_type.hpp"
 #include "cudarc/slice.hpp"
 #include "cudarc/stream.hpp"
@@ -36,9 +37,9 @@ class DeviceState;
 namespace nccl {
 
 // Whether NCCL can be loaded in this process (it is looked for once, on first use). Never throws.
-[[nodiscard]] bool available() noexcept;
+[[nodiscard]] CUDARC_API bool available() noexcept;
 // Why NCCL could not be loaded: every place looked at and why each failed (empty when it loaded).
-[[nodiscard]] std::string load_failure();
+[[nodiscard]] CUDARC_API std::string load_failure();
 
 struct Version {
     int major = 0;
@@ -46,8 +47,8 @@ struct Version {
     int patch = 0;
 };
 // The loaded NCCL's version and file. Throw cudarc::Error (saying where NCCL was looked for) without one.
-[[nodiscard]] Version version();
-[[nodiscard]] std::string library_path();
+[[nodiscard]] CUDARC_API Version version();
+[[nodiscard]] CUDARC_API std::string library_path();
 
 // The element types NCCL reduces and moves.
 enum class DataType { int8, uint8, int32, uint32, int64, uint64, float16, bfloat16, float32, float64 };
@@ -94,7 +95,7 @@ enum class ReduceOp { sum, prod, max, min, avg };
 
 // The rendezvous token of a communicator made of one process (or thread) per GPU: one rank creates it,
 // every rank receives its bytes (over MPI, a socket, a file...), and all pass it to Communicator::init_rank.
-class UniqueId {
+class CUDARC_API UniqueId {
   public:
     static constexpr std::size_t kBytes = 128;  // NCCL_UNIQUE_ID_BYTES
 
@@ -191,7 +192,7 @@ using element_of = typename decltype(view_of(std::declval<std::remove_reference_
 // Asynchronous errors (a peer died, a network failure) are polled with ncclCommGetAsyncError before each
 // operation and by check_async_error(); after one, the communicator is marked failed. Destruction runs
 // ncclCommFinalize then ncclCommDestroy, or ncclCommAbort for a failed communicator.
-class Communicator {
+class CUDARC_API Communicator {
   public:
     // One communicator per device, all in this process (ncclCommInitAll): ranks 0..n-1 in the order given.
     // Throws for no device, a device given twice, a HIP device, or a NCCL failure.
@@ -356,7 +357,7 @@ class Communicator {
 // inside a group must stay alive, and in place, until it ends. One exception, NCCL's own: a collective of a
 // one-rank communicator runs at the call, group or not (NCCL enqueues a copy at once), so it is ordered
 // there, like any operation outside a group.
-class Group {
+class CUDARC_API Group {
   public:
     Group();
     Group(const Group&) = delete;

@@ -9,11 +9,12 @@
 
 #include "cudarc/compile_options.hpp"
 #include "cudarc/error.hpp"
+#include "cudarc/export.hpp"
 
 namespace cudarc {
 
 // The result of one compile. A plain value: copy it, cache it, hand it to a module loader.
-struct CompiledProgram {
+struct CUDARC_API CompiledProgram {
     std::string ptx;           // set for a virtual arch ("compute_XY"); empty otherwise
     std::vector<char> binary;  // CUBIN for "sm_XY", the code object on HIP; empty for PTX
     std::string log;           // the compiler's messages (warnings; ptxas' report when asked for)
@@ -37,7 +38,7 @@ struct CompiledProgram {
 
 // A compile that the compiler (or cudarc, before calling it) rejected. what() holds everything
 // needed to fix it: the source name, the options used and the compiler's full log.
-class CompileError : public Error {
+class CUDARC_API CompileError : public Error {
   public:
     CompileError(std::string source_name, std::vector<std::string> options, std::string log,
                  const std::string& reason);
@@ -54,7 +55,7 @@ class CompileError : public Error {
 
 // A kernel source: its text, the name the compiler's messages use for it, and the name
 // expressions (templates to instantiate, e.g. "adamw<float, float>") whose lowered names are wanted.
-class Program {
+class CUDARC_API Program {
   public:
     Program(std::string source, std::string name);
 
@@ -82,11 +83,12 @@ class Program {
 };
 
 // Compiles a file shipped under kernels/, e.g. compile_embedded("bench.cu", options).
-[[nodiscard]] CompiledProgram compile_embedded(std::string_view file_name, const CompileOptions& options,
-                                               const std::vector<std::string>& name_expressions = {});
+[[nodiscard]] CUDARC_API CompiledProgram
+compile_embedded(std::string_view file_name, const CompileOptions& options,
+                 const std::vector<std::string>& name_expressions = {});
 
 // The names of every file under kernels/ embedded into the library (*.cu and *.cuh).
-[[nodiscard]] std::vector<std::string> embedded_kernel_files();
+[[nodiscard]] CUDARC_API std::vector<std::string> embedded_kernel_files();
 
 // The run-time compiler of a backend, loaded on first use.
 struct CompilerVersion {
@@ -95,10 +97,10 @@ struct CompilerVersion {
     int minor = 0;
     std::string library_path;  // the file it was loaded from
 };
-[[nodiscard]] CompilerVersion compiler_version(Backend backend = Backend::cuda);
+[[nodiscard]] CUDARC_API CompilerVersion compiler_version(Backend backend = Backend::cuda);
 
 // The real architectures the loaded compiler can target, e.g. {"sm_75", "sm_80", ..., "sm_90", ...}, or on
 // HIP the gfx targets hiprtc's code object manager knows; empty when NVRTC cannot tell (before 11.2).
-[[nodiscard]] std::vector<std::string> supported_architectures(Backend backend = Backend::cuda);
+[[nodiscard]] CUDARC_API std::vector<std::string> supported_architectures(Backend backend = Backend::cuda);
 
 }  // namespace cudarc

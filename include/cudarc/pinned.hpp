@@ -6,6 +6,7 @@
 #include <span>
 
 #include "cudarc/detail/native_handles.hpp"
+#include "cudarc/export.hpp"
 #include "cudarc/slice.hpp"
 
 namespace cudarc {
@@ -16,7 +17,7 @@ namespace detail {
 class DeviceState;
 
 // Untyped page-locked host allocation; remembers the event of its last asynchronous copy.
-class PinnedAllocation {
+class CUDARC_API PinnedAllocation {
   public:
     PinnedAllocation() = default;
     PinnedAllocation(const Device& device, std::size_t bytes);

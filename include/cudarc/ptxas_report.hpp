@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "cudarc/export.hpp"
+
 namespace cudarc {
 
 struct KernelResourceUsage {
@@ -21,6 +23,6 @@ struct KernelResourceUsage {
 
 // One entry per kernel ("Compiling entry function ...") in the order ptxas reported them; lines
 // that are not part of the report are ignored, so the whole compile log can be passed.
-[[nodiscard]] std::vector<KernelResourceUsage> parse_ptxas_report(std::string_view log);
+[[nodiscard]] CUDARC_API std::vector<KernelResourceUsage> parse_ptxas_report(std::string_view log);
 
 }  // namespace cudarc

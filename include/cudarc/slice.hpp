@@ -145,13 +145,12 @@ class DeviceSlice {
     // submitted to `stream` so far. Cudarc's own launches and copies record this automatically.
     void record_stream(Stream& stream) {
         buffer_.check_same_device(stream);
-        buffer_.hazards().record_use(stream.state());
+        buffer_.hazards().record_use(detail::Internals::stream_state(stream));
     }
 
-    // Internal.
-    [[nodiscard]] detail::Buffer& buffer() noexcept { return buffer_; }
-
   private:
+    friend struct detail::Internals;  // Note [Internal access]
+
     // Note: the buffer is built in place (no temporary to move from and destroy): alloc + free of a slice
     // should cost what the allocator costs.
     DeviceSlice(Stream& stream, std::size_t count)
@@ -164,6 +163,11 @@ class DeviceSlice {
     detail::Buffer buffer_;
     std::size_t size_ = 0;
 };
+
+template <typename T>
+detail::Buffer& detail::Internals::buffer(DeviceSlice<T>& slice) noexcept {
+    return slice.buffer_;
+}
 
 // The bytes of a view, like std::as_bytes / std::as_writable_bytes: the same memory and hazard state.
 // Throws cudarc::Error for a (forged) view whose size in bytes overflows.

@@ -4,8 +4,11 @@
 #include <cstddef>
 
 #include <memory>
+#include <utility>
 
+#include "cudarc/detail/internals.hpp"
 #include "cudarc/detail/native_handles.hpp"
+#include "cudarc/export.hpp"
 
 namespace cudarc {
 
@@ -34,7 +37,7 @@ struct StreamOptions {
 //    event on the stream, and buffers or allocations that used it order after that event from then on
 //    without touching the handle again (docs/architecture.md, "Foreign streams").
 // A stream is used by one host thread at a time.
-class Stream {
+class CUDARC_API Stream {
   public:
     // Wraps a stream created elsewhere without taking ownership. Throws when it does not belong to
     // `device`'s context (on CUDA; HIP cannot tell a stream's device). The stream must stay valid until
@@ -77,13 +80,11 @@ class Stream {
     // A handle to the device this stream belongs to.
     [[nodiscard]] Device device() const;
 
-    // Internal.
-    [[nodiscard]] detail::StreamState& state() const noexcept { return *state_; }
-    [[nodiscard]] const std::shared_ptr<detail::StreamState>& shared_state() const noexcept { return state_; }
+  private:
+    friend struct detail::Internals;  // Note [Internal access]
     Stream(std::shared_ptr<detail::DeviceState> keep_alive, std::shared_ptr<detail::StreamState> state,
            const std::shared_ptr<detail::StreamState>& parent) noexcept;
 
-  private:
     void release() noexcept;
 
     void join_parent() noexcept;
@@ -96,5 +97,18 @@ class Stream {
     detail::StreamState* parent_ = nullptr;
     std::shared_ptr<detail::StreamState> parent_keep_;
 };
+
+inline detail::StreamState& detail::Internals::stream_state(const Stream& stream) noexcept {
+    return *stream.state_;
+}
+inline const std::shared_ptr<detail::StreamState>& detail::Internals::shared_stream_state(
+    const Stream& stream) noexcept {
+    return stream.state_;
+}
+inline Stream detail::Internals::make_stream(std::shared_ptr<DeviceState> keep_alive,
+                                             std::shared_ptr<StreamState> state,
+                                             const std::shared_ptr<StreamState>& parent) noexcept {
+    return Stream(std::move(keep_alive), std::move(state), parent);
+}
 
 }  // namespace cudarc

@@ -10,8 +10,8 @@ namespace cudarc::detail {
 
 Buffer borrow_memory(const Device& device, DevicePtr ptr, std::size_t count, std::size_t element_size,
                      const Stream* owner, ReleaseHook hook) {
-    const std::shared_ptr<DeviceState>& state = device.state();
-    if (owner != nullptr && &owner->state().device() != state.get()) {
+    const std::shared_ptr<DeviceState>& state = detail::Internals::device_state(device);
+    if (owner != nullptr && &detail::Internals::stream_state(*owner).device() != state.get()) {
         throw Error(
             fmt::format("cudarc::BorrowedSlice: the owner's stream is on device {}, the memory on device {}",
                         owner->device_ordinal(), device.ordinal()));

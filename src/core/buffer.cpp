@@ -285,19 +285,21 @@ void HazardState::clear() noexcept {
 
 // ---- Buffer -----------------------------------------------------------------------------------------
 
-Buffer::Buffer(Stream& stream, std::size_t bytes) : Buffer(stream, bytes, stream.state().device().memory()) {}
+Buffer::Buffer(Stream& stream, std::size_t bytes)
+    : Buffer(stream, bytes, detail::Internals::stream_state(stream).device().memory()) {}
 
 Buffer Buffer::managed(Stream& stream, std::size_t bytes) {
-    return Buffer(stream, bytes, stream.state().device().managed_memory());
+    return Buffer(stream, bytes, detail::Internals::stream_state(stream).device().managed_memory());
 }
 
 Buffer::Buffer(Stream& stream, std::size_t bytes, MemorySource& source)
-    : device_(stream.state().device().shared_from_this()),
+    : device_(detail::Internals::stream_state(stream).device().shared_from_this()),
       source_(&source),
       bytes_(bytes),
-      home_(&stream.state()),
-      hazards_(bytes, &stream.state()) {
-    if (home_->ownership() == StreamOwnership::foreign) home_keep_ = stream.shared_state();
+      home_(&detail::Internals::stream_state(stream)),
+      hazards_(bytes, &detail::Internals::stream_state(stream)) {
+    if (home_->ownership() == StreamOwnership::foreign)
+        home_keep_ = detail::Internals::shared_stream_state(stream);
     device_->releases().poll();  // Note [Deferred release]
     if (bytes == 0) return;
     // Note: the memory source binds the context where it calls the driver (a cached block needs no call).
@@ -314,13 +316,13 @@ Buffer::Buffer(const std::shared_ptr<DeviceState>& device, DevicePtr ptr, std::s
     : device_(device),
       ptr_(ptr),
       bytes_(bytes),
-      home_(owner != nullptr ? &owner->state() : nullptr),
+      home_(owner != nullptr ? &detail::Internals::stream_state(*owner) : nullptr),
       hazards_(bytes, home_),
       on_release_(hook),
       borrowed_(true) {
     hazards_.set_address(ptr);
     if (home_ != nullptr && home_->ownership() == StreamOwnership::foreign)
-        home_keep_ = owner->shared_state();
+        home_keep_ = detail::Internals::shared_stream_state(*owner);
     device_->releases().poll();
 }
 
@@ -460,23 +462,23 @@ void Buffer::check_same_device(const Stream& stream) const {
     if (!device_) throw Error("cudarc: use of an empty (default-constructed or moved-from) slice");
     // Note: another device's stream may use this memory once it has peer access to it (Note [Hazard
     // tracking across devices]).
-    if (!stream.state().device().can_use_memory_of(*device_))
+    if (!detail::Internals::stream_state(stream).device().can_use_memory_of(*device_))
         throw_other_device_buffer("cudarc", device_->ordinal(), stream.device_ordinal());
 }
 
 void prepare_access(const Stream& stream, Buffer& buffer, DevicePtr ptr, std::size_t bytes, Access access) {
     buffer.check_same_device(stream);
-    buffer.hazards().before_access(stream.state(), static_cast<std::size_t>(ptr - buffer.ptr()), bytes,
-                                   access);
+    buffer.hazards().before_access(detail::Internals::stream_state(stream),
+                                   static_cast<std::size_t>(ptr - buffer.ptr()), bytes, access);
 }
 
 void finish_access(const Stream& stream, Buffer& buffer) noexcept {
-    buffer.hazards().after_access(stream.state());
+    buffer.hazards().after_access(detail::Internals::stream_state(stream));
 }
 
 void prepare_access(const Stream& stream, Buffer& buffer, Access access) {
     buffer.check_same_device(stream);
-    buffer.hazards().before_access(stream.state(), 0, buffer.bytes(), access);
+    buffer.hazards().before_access(detail::Internals::stream_state(stream), 0, buffer.bytes(), access);
 }
 
 namespace {
@@ -510,11 +512,11 @@ void copy_host_to_device(Stream& stream, Buffer& dst, DevicePtr dst_ptr, const v
     // Note [Capture overlay]: a captured copy from pageable memory would read it at every replay, long after
     // the vector or span passed here may be gone.
     if (captures_underway.load(std::memory_order_relaxed) != 0 &&
-        capture_would_take(dst.hazards(), stream.state(), static_cast<std::size_t>(dst_ptr - dst.ptr()),
-                           bytes, Access::write) &&
+        capture_would_take(dst.hazards(), detail::Internals::stream_state(stream),
+                           static_cast<std::size_t>(dst_ptr - dst.ptr()), bytes, Access::write) &&
         [&] {
-            const auto scope = stream.state().device().bind();
-            return pageable(stream.state().device().api(), src);
+            const auto scope = detail::Internals::stream_state(stream).device().bind();
+            return pageable(detail::Internals::stream_state(stream).device().api(), src);
         }()) {
         throw Error(
             "cudarc: a copy from pageable host memory inside a graph capture: the graph would read that "
@@ -523,7 +525,7 @@ void copy_host_to_device(Stream& stream, Buffer& dst, DevicePtr dst_ptr, const v
             "copy_to_device_async (which a graph may replay; nothing was done, and the capture goes on)");
     }
     prepare_access(stream, dst, dst_ptr, bytes, Access::write);
-    DeviceState& device = stream.state().device();
+    DeviceState& device = detail::Internals::stream_state(stream).device();
     const auto scope = device.bind();
     device.check(device.api().memcpy_htod_async(dst_ptr, src, bytes, stream.native()),
                  sys::Entry::memcpy_htod_async);
@@ -537,7 +539,7 @@ void copy_device_to_host(Stream& stream, void* dst, Buffer& src, DevicePtr src_p
         "the copy would be recorded, not run (it would return with no data, and the graph would "
         "keep the host pointer); use PinnedBuffer::copy_from_device_async inside a capture");
     prepare_access(stream, src, src_ptr, bytes, Access::read);
-    DeviceState& device = stream.state().device();
+    DeviceState& device = detail::Internals::stream_state(stream).device();
     const auto scope = device.bind();
     const sys::DriverApi& api = device.api();
     device.check(api.memcpy_dtoh_async(dst, src_ptr, bytes, stream.native()), sys::Entry::memcpy_dtoh_async);
@@ -555,7 +557,7 @@ void copy_device_to_device(Stream& stream, Buffer& dst, DevicePtr dst_ptr, Buffe
     }
     prepare_access(stream, src, src_ptr, bytes, Access::read);
     prepare_access(stream, dst, dst_ptr, bytes, Access::write);
-    DeviceState& device = stream.state().device();
+    DeviceState& device = detail::Internals::stream_state(stream).device();
     const auto scope = device.bind();
     device.check(device.api().memcpy_dtod_async(dst_ptr, src_ptr, bytes, stream.native()),
                  sys::Entry::memcpy_dtod_async);
@@ -566,7 +568,7 @@ void copy_device_to_device(Stream& stream, Buffer& dst, DevicePtr dst_ptr, Buffe
 void memset_bytes(Stream& stream, Buffer& dst, DevicePtr dst_ptr, unsigned char value, std::size_t bytes) {
     if (bytes == 0) return;
     prepare_access(stream, dst, dst_ptr, bytes, Access::write);
-    DeviceState& device = stream.state().device();
+    DeviceState& device = detail::Internals::stream_state(stream).device();
     const auto scope = device.bind();
     if (dst_ptr % 4 == 0 && bytes % 4 == 0) {
         // Note: 32-bit stores fill large buffers faster than byte stores.
@@ -583,7 +585,7 @@ void memset_bytes(Stream& stream, Buffer& dst, DevicePtr dst_ptr, unsigned char 
 void prefetch_to_device(Stream& stream, Buffer& buffer, DevicePtr ptr, std::size_t bytes) {
     if (bytes == 0 || !buffer.managed()) return;
     // Note: stricter than check_same_device: the pages move to the memory's device, on the stream's.
-    if (&stream.state().device() != buffer.device().get()) {
+    if (&detail::Internals::stream_state(stream).device() != buffer.device().get()) {
         throw Error(fmt::format("cudarc::prefetch: managed memory of device {} with a stream of device {}",
                                 buffer.device_ordinal(), stream.device_ordinal()));
     }
@@ -592,7 +594,7 @@ void prefetch_to_device(Stream& stream, Buffer& buffer, DevicePtr ptr, std::size
     // Ordered like a read of exactly these bytes: after the last overlapping write on another stream
     // (pages moved under it would only move back); later writers of them, and the free, wait for it.
     prepare_access(stream, buffer, ptr, bytes, Access::read);
-    buffer.source_->prefetch(stream.state(), ptr, bytes);
+    buffer.source_->prefetch(detail::Internals::stream_state(stream), ptr, bytes);
     finish_access(stream, buffer);
 }
 

@@ -48,7 +48,8 @@ DeviceState::DeviceState(const sys::DriverApi& api, int ordinal, const DeviceOpt
         check(api_.stream_create_with_priority(&handle, sys::kStreamNonBlocking, 0),
               sys::Entry::stream_create_with_priority);
         auto state = std::make_shared<StreamState>(*this, handle, StreamOwnership::owned, 0);
-        default_stream_ = std::make_unique<Stream>(nullptr, std::move(state), nullptr);
+        default_stream_ =
+            std::make_unique<Stream>(Internals::make_stream(nullptr, std::move(state), nullptr));
         memory_ = make_memory_source(*this, options);
     } catch (...) {
         default_stream_.reset();
@@ -196,7 +197,7 @@ void DeviceState::rethrow_deferred_error() {
 }
 
 const std::shared_ptr<StreamState>& DeviceState::default_stream_state() const noexcept {
-    return default_stream_->shared_state();
+    return detail::Internals::shared_stream_state(*default_stream_);
 }
 
 sys::Event DeviceState::record_event(sys::Stream stream) {

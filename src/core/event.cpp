@@ -11,7 +11,8 @@
 
 namespace cudarc {
 
-Event::Event(const Device& device, EventTiming timing) : device_(device.state()), timing_(timing) {
+Event::Event(const Device& device, EventTiming timing)
+    : device_(detail::Internals::device_state(device)), timing_(timing) {
     if (timing == EventTiming::disabled) {
         event_ = device_->events().acquire();
     } else {
@@ -54,14 +55,14 @@ void Event::release() noexcept {
 }
 
 void Event::record(Stream& stream) {
-    if (&stream.state().device() != device_.get()) {
+    if (&detail::Internals::stream_state(stream).device() != device_.get()) {
         throw Error("cudarc: Event::record: the stream belongs to another device than the event");
     }
     const auto scope = device_->bind();
     device_->check(device_->api().event_record(event_, stream.native()), sys::Entry::event_record);
     detail::AtomicCounters::bump(device_->counters().events_recorded);
     // Note [Capture overlay]: an event recorded inside a capture is a point of the captured work only.
-    const detail::CaptureSession* capture = stream.state().capture();
+    const detail::CaptureSession* capture = detail::Internals::stream_state(stream).capture();
     recorded_in_capture_ = capture != nullptr ? capture->serial() : 0;
 }
 

@@ -66,7 +66,7 @@ class GraphState {
         }
         device_->check(device_->api().graph_launch(exec_, s.handle()), sys::Entry::graph_launch);
         for (const GraphBufferUse& use : uses_) use.link->state->after_access(s);
-        last_stream_ = stream.shared_state();
+        last_stream_ = detail::Internals::shared_stream_state(stream);
         release_prerequisites();
     }
 
@@ -133,12 +133,12 @@ class GraphState {
     }
 
     StreamState& checked_stream(Stream& stream, const char* what) const {
-        if (&stream.state().device() != device_.get()) {
+        if (&detail::Internals::stream_state(stream).device() != device_.get()) {
             throw Error(fmt::format("cudarc: {}: the stream is on device {}, the graph on device {}", what,
                                     stream.device_ordinal(), device_->ordinal()));
         }
         if (exec_ == nullptr) throw Error(fmt::format("cudarc: {}: the graph is not instantiated", what));
-        return stream.state();
+        return detail::Internals::stream_state(stream);
     }
 
     [[noreturn]] static void throw_released(const GraphBufferUse& use, const char* what) {
@@ -166,7 +166,7 @@ void begin_capture(Stream& stream) {
             "cudarc: capture: a capture is already under way on this thread (captures do not nest; end the "
             "first before beginning another)");
     }
-    StreamState& origin = stream.state();
+    StreamState& origin = detail::Internals::stream_state(stream);
     if (origin.capture() != nullptr) throw Error("cudarc: capture: the stream is already being captured");
     DeviceState& device = origin.device();
     const sys::DriverApi& api = device.api();
@@ -196,7 +196,7 @@ namespace {
 std::pair<sys::Graph, sys::Result> end_session(Stream& stream, std::unique_ptr<CaptureSession>& session,
                                                std::vector<GraphBufferUse>* uses,
                                                std::vector<GraphPrerequisite>* prerequisites) noexcept {
-    DeviceState& device = stream.state().device();
+    DeviceState& device = detail::Internals::stream_state(stream).device();
     const sys::DriverApi& api = device.api();
     // Note: the capture must end here whatever fails (the driver's capture mode, the allocator's record and
     // this thread's session), so a failure to bind is deferred rather than thrown before anything is undone.
@@ -223,7 +223,7 @@ std::pair<sys::Graph, sys::Result> end_session(Stream& stream, std::unique_ptr<C
     // Note: before the deferred releases run (in finish), so that the allocator sees them as ordinary frees.
     if (session->source_capture()) {
         try {
-            device.memory().end_capture(stream.state());
+            device.memory().end_capture(detail::Internals::stream_state(stream));
         } catch (const Error& error) {
             device.defer(error);
         }
@@ -235,7 +235,7 @@ std::pair<sys::Graph, sys::Result> end_session(Stream& stream, std::unique_ptr<C
 
 Graph end_capture(Stream& stream, Instantiate instantiate) {
     CaptureSession* current = CaptureSession::current();
-    if (current == nullptr || &current->origin() != &stream.state()) {
+    if (current == nullptr || &current->origin() != &detail::Internals::stream_state(stream)) {
         throw Error("cudarc: end of a graph capture that is not under way on this stream and thread");
     }
     try {
@@ -249,7 +249,7 @@ Graph end_capture(Stream& stream, Instantiate instantiate) {
     std::vector<GraphBufferUse> uses;
     std::vector<GraphPrerequisite> prerequisites;
     auto [graph, result] = end_session(stream, session, &uses, &prerequisites);
-    DeviceState& device = stream.state().device();
+    DeviceState& device = detail::Internals::stream_state(stream).device();
     const auto scope = device.bind_or_defer();  // as in end_session: the failure paths below must run
     const std::optional<SourceCaptureId> id = session->source_capture();
     sys::GraphExec exec = nullptr;
@@ -266,7 +266,7 @@ Graph end_capture(Stream& stream, Instantiate instantiate) {
         release_capture(device, id, nullptr);
         device.check(result, failed);
     }
-    return Graph(
+    return Internals::make_graph(
         std::make_unique<GraphState>(device, graph, exec, id, std::move(uses), std::move(prerequisites)));
 }
 
@@ -274,7 +274,7 @@ void abandon_capture(Stream& stream) noexcept {
     if (CaptureSession::current() == nullptr) return;
     std::unique_ptr<CaptureSession> session;
     const sys::Graph graph = end_session(stream, session, nullptr, nullptr).first;
-    DeviceState& device = stream.state().device();
+    DeviceState& device = detail::Internals::stream_state(stream).device();
     if (graph != nullptr) {
         // The driver ended the capture with a graph that nothing will launch.
         const auto scope = device.bind_or_defer();
@@ -296,6 +296,9 @@ const char* to_string(GraphUpdate update) noexcept {
 }
 
 Graph::Graph(std::unique_ptr<detail::GraphState> state) noexcept : state_(std::move(state)) {}
+Graph detail::Internals::make_graph(std::unique_ptr<GraphState> state) noexcept {
+    return Graph(std::move(state));
+}
 Graph::Graph(Graph&&) noexcept = default;
 Graph& Graph::operator=(Graph&&) noexcept = default;
 Graph::~Graph() = default;

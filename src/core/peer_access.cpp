@@ -65,7 +65,7 @@ void copy_across_devices(Stream& stream, Buffer& dst, DevicePtr dst_ptr, Buffer&
                          std::size_t bytes) {
     if (!dst.device() || !src.device())
         throw Error("cudarc: use of an empty (default-constructed or moved-from) slice");
-    DeviceState& device = stream.state().device();
+    DeviceState& device = detail::Internals::stream_state(stream).device();
     if (&device != dst.device().get() && &device != src.device().get()) {
         throw Error(
             fmt::format("cudarc::copy: the copy runs from device {} to device {}, the stream is on device "
@@ -77,23 +77,26 @@ void copy_across_devices(Stream& stream, Buffer& dst, DevicePtr dst_ptr, Buffer&
         const auto src_offset = static_cast<std::size_t>(src_ptr - src.ptr());
         const auto dst_offset = static_cast<std::size_t>(dst_ptr - dst.ptr());
         refuse_across_devices_in_capture(
-            "cudarc::copy", stream.state(), src.device_ordinal(), dst.device_ordinal(),
-            capture_would_take(src.hazards(), stream.state(), src_offset, bytes, Access::read) ||
-                capture_would_take(dst.hazards(), stream.state(), dst_offset, bytes, Access::write));
+            "cudarc::copy", detail::Internals::stream_state(stream), src.device_ordinal(),
+            dst.device_ordinal(),
+            capture_would_take(src.hazards(), detail::Internals::stream_state(stream), src_offset, bytes,
+                               Access::read) ||
+                capture_would_take(dst.hazards(), detail::Internals::stream_state(stream), dst_offset, bytes,
+                                   Access::write));
     }
     const sys::DriverApi& api = device.api();
     const auto memcpy_peer_async = sys::require(api, api.memcpy_peer_async, sys::Entry::memcpy_peer_async);
     // Note: a copy needs no peer access: without it the driver stages the copy through host memory.
-    src.hazards().before_access(stream.state(), static_cast<std::size_t>(src_ptr - src.ptr()), bytes,
-                                Access::read);
-    dst.hazards().before_access(stream.state(), static_cast<std::size_t>(dst_ptr - dst.ptr()), bytes,
-                                Access::write);
+    src.hazards().before_access(detail::Internals::stream_state(stream),
+                                static_cast<std::size_t>(src_ptr - src.ptr()), bytes, Access::read);
+    dst.hazards().before_access(detail::Internals::stream_state(stream),
+                                static_cast<std::size_t>(dst_ptr - dst.ptr()), bytes, Access::write);
     const auto scope = device.bind();
     device.check(memcpy_peer_async(dst_ptr, dst.device()->context(), src_ptr, src.device()->context(), bytes,
                                    stream.native()),
                  sys::Entry::memcpy_peer_async);
-    src.hazards().after_access(stream.state());
-    dst.hazards().after_access(stream.state());
+    src.hazards().after_access(detail::Internals::stream_state(stream));
+    dst.hazards().after_access(detail::Internals::stream_state(stream));
 }
 
 void join_across_devices(StreamState& waiter, StreamState& other) {

@@ -12,7 +12,8 @@
 
 namespace cudarc::detail {
 
-PinnedAllocation::PinnedAllocation(const Device& device, std::size_t bytes) : device_(device.state()) {
+PinnedAllocation::PinnedAllocation(const Device& device, std::size_t bytes)
+    : device_(detail::Internals::device_state(device)) {
     if (bytes == 0) return;
     const auto scope = device_->bind();
     const sys::Result r = device_->api().mem_host_alloc(&data_, bytes, sys::kMemHostAllocPortable);
@@ -130,7 +131,7 @@ void PinnedAllocation::release() noexcept {
 void PinnedAllocation::note_copy(Stream& stream) {
     // Note [Capture overlay]: a captured copy runs at each replay; an event recorded inside the capture could
     // not be waited for afterwards. Synchronize with the replay's stream instead.
-    if (stream.state().capture() != nullptr) return;
+    if (detail::Internals::stream_state(stream).capture() != nullptr) return;
     sys::Event event = nullptr;
     try {
         event = device_->record_event(stream.native());

@@ -279,7 +279,7 @@ Stream Stream::wrap(const Device& device, NativeStream foreign) {
             "cudarc: Stream::wrap: the stream is null, which names the legacy stream; wrap a created "
             "stream, or use device.default_stream() or device.create_stream()");
     }
-    const auto& state = device.state();
+    const auto& state = detail::Internals::device_state(device);
     const auto scope = state->bind();
     sys::Context context = nullptr;
     // HIP has no cuStreamGetCtx (its slot is null): there the stream's device cannot be checked here.
@@ -309,24 +309,27 @@ Stream Stream::fork(const StreamOptions& options) {
 }
 
 void Stream::join(const Stream& other) {
-    if (&other.state().device() != &state_->device()) {
+    if (&detail::Internals::stream_state(other).device() != &state_->device()) {
         if (captures_underway.load(std::memory_order_relaxed) != 0) {
             detail::refuse_across_devices_in_capture(
-                "Stream::join", *state_, other.state().device().ordinal(), state_->device().ordinal(),
-                other.state().capture() != nullptr);
+                "Stream::join", *state_, detail::Internals::stream_state(other).device().ordinal(),
+                state_->device().ordinal(), detail::Internals::stream_state(other).capture() != nullptr);
         }
-        detail::join_across_devices(*state_, other.state());  // an event of one device, waited on by another
+        detail::join_across_devices(
+            *state_, detail::Internals::stream_state(other));  // an event of one device, waited on by another
         return;
     }
-    if (captures_underway.load(std::memory_order_relaxed) != 0) capture_prepare_join(*state_, other.state());
-    other.state().order_before(state_->handle());
+    if (captures_underway.load(std::memory_order_relaxed) != 0)
+        capture_prepare_join(*state_, detail::Internals::stream_state(other));
+    detail::Internals::stream_state(other).order_before(state_->handle());
 }
 
 void Stream::wait(const Event& event) {
     DeviceState& device = state_->device();
     unsigned flags = 0;
-    if (captures_underway.load(std::memory_order_relaxed) != 0 || event.recorded_in_capture() != 0)
-        flags = capture_prepare_wait(*state_, event.recorded_in_capture());
+    if (captures_underway.load(std::memory_order_relaxed) != 0 ||
+        detail::Internals::recorded_in_capture(event) != 0)
+        flags = capture_prepare_wait(*state_, detail::Internals::recorded_in_capture(event));
     const auto scope = device.bind();
     device.check(device.api().stream_wait_event(state_->handle(), event.native(), flags),
                  sys::Entry::stream_wait_event);
@@ -377,11 +380,11 @@ int Stream::device_ordinal() const noexcept {
     return state_->device().ordinal();
 }
 Device Stream::device() const {
-    return Device(state_->device().shared_from_this());
+    return detail::Internals::make_device(state_->device().shared_from_this());
 }
 
 Stream Device::create_stream(const StreamOptions& options) const {
-    return Stream(state_, pooled_stream_state(*state_, options), nullptr);
+    return detail::Internals::make_stream(state_, pooled_stream_state(*state_, options), nullptr);
 }
 
 Stream Device::create_stream() const {

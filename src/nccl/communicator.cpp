@@ -163,7 +163,8 @@ std::vector<Communicator> Communicator::init_all(std::span<const Device> devices
     const sys::NcclResult result = nccl.comm_init_all(raw.data(), count, ordinals.data());
     // From here every communicator NCCL made is owned (and released on an exception).
     for (std::size_t i = 0; i < raw.size(); ++i) {
-        if (raw[i] != nullptr) out.push_back(Communicator(devices[i].state(), raw[i]));
+        if (raw[i] != nullptr)
+            out.push_back(Communicator(cudarc::detail::Internals::device_state(devices[i]), raw[i]));
     }
     if (result != sys::kNcclSuccess) {
         for (Communicator& comm : out) comm.failed_ = true;  // aborted, not finalized
@@ -192,10 +193,10 @@ Communicator Communicator::init_rank(const Device& device, const UniqueId& id, i
     sys::NcclUniqueId raw_id{};
     std::memcpy(raw_id.internal, id.bytes().data(), UniqueId::kBytes);
     sys::NcclComm raw = nullptr;
-    const sys::NcclResult result = with_device(*device.state(), [&] {
+    const sys::NcclResult result = with_device(*cudarc::detail::Internals::device_state(device), [&] {
         return nccl.comm_init_rank(&raw, count, raw_id, rank);  // NCCL takes its device from the context
     });
-    Communicator comm(device.state(), raw);
+    Communicator comm(cudarc::detail::Internals::device_state(device), raw);
     comm.rank_ = rank;
     comm.world_size_ = count;
     if (result != sys::kNcclSuccess) {
@@ -260,7 +261,7 @@ int Communicator::device_ordinal() const noexcept {
 
 Device Communicator::device() const {
     if (!device_) throw Error("cudarc::nccl::Communicator::device: the communicator is empty (moved from)");
-    return Device(device_);
+    return cudarc::detail::Internals::make_device(device_);
 }
 
 // ---- Communicator: checks ----
@@ -299,7 +300,7 @@ void Communicator::prepare(Stream& stream, const char* what, const detail::Colle
                         "aborted) and make a new one",
                         what, rank_, world_size_, device_->ordinal()));
     }
-    if (&stream.state().device() != device_.get()) {
+    if (&cudarc::detail::Internals::stream_state(stream).device() != device_.get()) {
         throw Error(fmt::format("{}: the stream is on device {}, the communicator on device {}", what,
                                 stream.device_ordinal(), device_->ordinal()));
     }
@@ -357,7 +358,7 @@ void Communicator::finish(bool at_group_end, Stream& stream, const detail::Colle
                           const detail::CollectiveBuffer* recv) noexcept {
     if (at_group_end) return;  // the group finishes its accesses when it ends
     // Note [NCCL and the current context]: the events are recorded in a scope of their own.
-    const auto scope = stream.state().device().bind_or_defer();
+    const auto scope = cudarc::detail::Internals::stream_state(stream).device().bind_or_defer();
     if (send != nullptr) cudarc::detail::finish_access(stream, *send->buffer);
     if (recv != nullptr && (send == nullptr || recv->buffer != send->buffer))
         cudarc::detail::finish_access(stream, *recv->buffer);
@@ -510,7 +511,7 @@ void Group::end() {
     const sys::NcclResult result = nccl.group_end();
     // The operations are on their streams now: record the events later waiters reuse (Note [Eager events]).
     for (const PendingAccess& access : pending_) {
-        const auto scope = access.stream->state().device().bind_or_defer();
+        const auto scope = cudarc::detail::Internals::stream_state(*access.stream).device().bind_or_defer();
         cudarc::detail::finish_access(*access.stream, *access.buffer);
     }
     pending_.clear();

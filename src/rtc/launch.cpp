@@ -167,11 +167,11 @@ void validate_launch_config(const LaunchConfig& config) {
 
 void launch_packed(const Stream& stream, const LaunchConfig& config, const Function& function,
                    void** parameters, const TrackedAccess* accesses, std::size_t access_count) {
-    StreamState& stream_state = stream.state();
+    StreamState& stream_state = detail::Internals::stream_state(stream);
     DeviceState& device = stream_state.device();
     // Everything that can be wrong with the input is checked before any hazard state changes, so a
     // rejected launch leaves every buffer as it was.
-    if (function.device_state() != &device) [[unlikely]]
+    if (detail::Internals::function_device(function) != &device) [[unlikely]]
         throw_function_problem(function, device);
     for (std::size_t i = 0; i < access_count; ++i) {
         if (accesses[i].buffer->device().get() != &device) [[unlikely]] {
@@ -282,7 +282,7 @@ LaunchConfig LaunchConfig::for_elements(std::size_t n, const Function& function,
                         "(too many registers or too much shared memory per block)",
                         function.name(), block_size));
     }
-    DeviceState& device = *function.device_state();
+    DeviceState& device = *detail::Internals::function_device(function);
     int multiprocessors = 0;
     device.check(
         device.api().device_get_attribute(&multiprocessors, sys::attr::kMultiprocessorCount, device.device()),

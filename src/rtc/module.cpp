@@ -60,7 +60,7 @@ Module::~Module() = default;
 
 Module Module::load(const Device& device, const void* image, std::string origin,
                     std::map<std::string, std::string> lowered_names, std::string arch) {
-    const std::shared_ptr<DeviceState>& state = device.state();
+    const std::shared_ptr<DeviceState>& state = detail::Internals::device_state(device);
     const auto scope = state->bind();
     sys::Module handle = nullptr;
     const sys::Result result = state->api().module_load_data(&handle, image);
@@ -158,7 +158,8 @@ const Module& Module::shipped(const Device& device, std::string_view file_name,
 
     // Note: the entry keeps its module, and so the device state, alive; the state's address therefore
     // identifies the device for the process's lifetime.
-    std::string key = fmt::format("{}\n{}\n", static_cast<const void*>(device.state().get()), file_name);
+    std::string key = fmt::format(
+        "{}\n{}\n", static_cast<const void*>(detail::Internals::device_state(device).get()), file_name);
     for (const auto& expression : name_expressions) key += expression + '\x1f';
     key += '\n' + options_key(resolved);
 
@@ -213,7 +214,7 @@ Function Module::function(std::string_view name) const {
     }
     auto record =
         std::make_shared<const detail::FunctionRecord>(detail::FunctionRecord{state_, wanted, symbol});
-    return Function(std::move(record), handle, &device);
+    return detail::Internals::make_function(std::move(record), handle, &device);
 }
 
 bool Module::has_function(std::string_view name) const {
@@ -255,7 +256,7 @@ namespace {
 // The global `name` after checking the stream's device and the size.
 GlobalSymbol checked_global(const Module& module, const ModuleState& state, const Stream& stream,
                             std::string_view name, std::size_t bytes, const char* what) {
-    if (&stream.state().device() != &state.device()) {
+    if (&detail::Internals::stream_state(stream).device() != &state.device()) {
         throw Error(fmt::format("cudarc: Module::{}: the module is on device {}, the stream on device {}",
                                 what, state.device().ordinal(), stream.device_ordinal()));
     }

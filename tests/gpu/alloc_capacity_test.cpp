@@ -42,7 +42,7 @@ std::size_t total_memory_of_device_0() {
 
 // The configuration the device's allocator was built with, or null when it has none.
 const AllocatorConfig* allocator_config(const Device& device) {
-    auto* caching = dynamic_cast<alloc::CachingSource*>(&device.state()->memory());
+    auto* caching = dynamic_cast<alloc::CachingSource*>(&cudarc::detail::Internals::device_state(device)->memory());
     return caching != nullptr ? &caching->allocator().config() : nullptr;
 }
 

@@ -139,7 +139,7 @@ TEST_CASE("alloc.record_stream_holds_a_block_used_through_its_raw_pointer") {
     const auto spin = bench_module(device).kernel<BenchSpin::signature>("bench_spin");
     auto home = device.create_stream();
     auto reader = device.create_stream();
-    auto& state = *device.state();
+    auto& state = *cudarc::detail::Internals::device_state(device);
     constexpr std::size_t n = (std::size_t{1} << 18) + 9;
     const auto original = random_floats(n);
     const auto overwrite = random_floats(n);

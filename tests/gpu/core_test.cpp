@@ -18,13 +18,13 @@ bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
 
 // Raw, untracked driver copies: used to test the ordering that fork/join alone must provide.
 void raw_htod(Stream& stream, DevicePtr dst, const void* src, std::size_t bytes) {
-    auto& state = *stream.device().state();
+    auto& state = *cudarc::detail::Internals::device_state(stream.device());
     const auto scope = state.bind();
     state.check(state.api().memcpy_htod_async(dst, src, bytes, stream.native()),
                 sys::Entry::memcpy_htod_async);
 }
 void raw_dtoh(Stream& stream, void* dst, DevicePtr src, std::size_t bytes) {
-    auto& state = *stream.device().state();
+    auto& state = *cudarc::detail::Internals::device_state(stream.device());
     const auto scope = state.bind();
     state.check(state.api().memcpy_dtoh_async(dst, src, bytes, stream.native()),
                 sys::Entry::memcpy_dtoh_async);
@@ -48,7 +48,8 @@ TEST_CASE("core.device_properties") {
     CHECK(device.backend() == Backend::cuda);
     // Two handles to one ordinal share one state (one set of counters).
     auto again = Device::open(0);
-    CHECK(again.state().get() == device.state().get());
+    CHECK(cudarc::detail::Internals::device_state(again).get() ==
+          cudarc::detail::Internals::device_state(device).get());
     CHECK_THROWS_WITH_AS((void)Device::open(Device::count()), doctest::Contains("out of range"), Error);
     CHECK_THROWS_AS((void)Device::open(-1), Error);
 }
@@ -272,7 +273,7 @@ TEST_CASE("core.free_is_ordered_after_a_use_on_another_stream") {
 
 TEST_CASE("core.wrapped_foreign_stream") {
     auto device = Device::open(0);
-    auto& state = *device.state();
+    auto& state = *cudarc::detail::Internals::device_state(device);
     const auto scope = state.bind();
     sys::Stream raw = nullptr;
     state.check(state.api().stream_create_with_priority(&raw, sys::kStreamNonBlocking, 0),

@@ -20,7 +20,7 @@ bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 DevicePtr raw_alloc(const Device& device, std::size_t bytes) {
-    auto& state = *device.state();
+    auto& state = *cudarc::detail::Internals::device_state(device);
     const auto scope = state.bind();
     DevicePtr ptr = 0;
     state.check(state.api().mem_alloc(&ptr, bytes), sys::Entry::mem_alloc);
@@ -46,7 +46,7 @@ struct DeleterSpy {
 
 TEST_CASE("interop.borrowed_slice_over_raw_cuMemAlloc") {
     auto device = Device::open(0);
-    auto& state = *device.state();
+    auto& state = *cudarc::detail::Internals::device_state(device);
     const BenchSpin spin = bench_module(device).kernel<BenchSpin::signature>("bench_spin");
     const BenchSaxpy saxpy = bench_module(device).kernel<BenchSaxpy::signature>("bench_saxpy");
     constexpr std::size_t n = (std::size_t{1} << 20) + 5;
@@ -117,7 +117,7 @@ TEST_CASE("interop.foreign_stream_destroyed_after_its_wrapper") {
     // A slice is allocated and written on a wrapped stream, the wrapper is dropped, and then the owner
     // destroys its stream. Reading and freeing the slice afterwards must neither crash nor misorder.
     auto device = Device::open(0);
-    auto& state = *device.state();
+    auto& state = *cudarc::detail::Internals::device_state(device);
     const BenchSpin spin = bench_module(device).kernel<BenchSpin::signature>("bench_spin");
     const BenchFill fill = bench_module(device).kernel<BenchFill::signature>("bench_fill");
     constexpr std::size_t n = (std::size_t{1} << 20) + 1;
@@ -230,7 +230,7 @@ TEST_CASE("interop.optimizer_steps_borrowed_memory_like_its_own") {
     // AdamW on parameters in raw cuMemAlloc memory (borrowed, owner stream given) and on the same values in
     // DeviceSlices: bitwise equal results, no host synchronization, and the borrowed memory is not freed.
     auto device = Device::open(0);
-    auto& state = *device.state();
+    auto& state = *cudarc::detail::Internals::device_state(device);
     auto owner = device.create_stream();
     auto stream = device.create_stream();
     constexpr std::size_t n = 100003;

@@ -197,7 +197,7 @@ TEST_CASE("launch.rejected_launch_leaves_hazard_state_unchanged") {
     CHECK(delta.events_recorded == 0);
     CHECK(delta.kernel_launches == 0);
     // x is still "written as a whole by writer, nothing since": the single-stream fast path, no range table.
-    CHECK(x.view().buffer().hazards().exclusive() == &writer.state());
+    CHECK(x.view().buffer().hazards().exclusive() == &cudarc::detail::Internals::stream_state(writer));
     CHECK(x.view().buffer().hazards().tracker() == nullptr);
 }
 

@@ -16,13 +16,13 @@ namespace {
 
 // Raw, untracked driver copies: they stand for a kernel that finds the buffer in a table.
 void raw_htod(Stream& stream, DevicePtr dst, const void* src, std::size_t bytes) {
-    auto& state = *stream.device().state();
+    auto& state = *cudarc::detail::Internals::device_state(stream.device());
     const auto scope = state.bind();
     state.check(state.api().memcpy_htod_async(dst, src, bytes, stream.native()),
                 sys::Entry::memcpy_htod_async);
 }
 void raw_dtoh(Stream& stream, void* dst, DevicePtr src, std::size_t bytes) {
-    auto& state = *stream.device().state();
+    auto& state = *cudarc::detail::Internals::device_state(stream.device());
     const auto scope = state.bind();
     state.check(state.api().memcpy_dtoh_async(dst, src, bytes, stream.native()),
                 sys::Entry::memcpy_dtoh_async);

@@ -208,10 +208,11 @@ TEST_CASE("multi.cross_device_ordering_held_back_writer_on_device_0_read_on_devi
     s1.join(s0);
     // Raw addresses bypass hazard tracking: only the join orders this copy after the write.
     {
-        const auto scope = d1.state()->bind();
-        d1.state()->check(
-            d1.state()->api().memcpy_peer_async(u1.device_ptr(), d1.state()->context(), u0.device_ptr(),
-                                                d0.state()->context(), kN * sizeof(float), s1.native()),
+        const auto scope = cudarc::detail::Internals::device_state(d1)->bind();
+        cudarc::detail::Internals::device_state(d1)->check(
+            cudarc::detail::Internals::device_state(d1)->api().memcpy_peer_async(
+                u1.device_ptr(), cudarc::detail::Internals::device_state(d1)->context(), u0.device_ptr(),
+                cudarc::detail::Internals::device_state(d0)->context(), kN * sizeof(float), s1.native()),
             sys::Entry::memcpy_peer_async);
     }
     s1.synchronize();

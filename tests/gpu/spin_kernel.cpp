@@ -38,7 +38,7 @@ std::vector<char> compile_spin(const std::string& arch) {
 
 SpinKernel::SpinKernel(const Device& device) : device_(device) {
     const auto binary = compile_spin(device.arch());
-    auto& state = *device.state();
+    auto& state = *cudarc::detail::Internals::device_state(device);
     const auto scope = state.bind();
     const sys::DriverApi& api = state.api();
     sys::Module module = nullptr;
@@ -51,13 +51,13 @@ SpinKernel::SpinKernel(const Device& device) : device_(device) {
 }
 
 SpinKernel::~SpinKernel() {
-    auto& state = *device_.state();
+    auto& state = *cudarc::detail::Internals::device_state(device_);
     const auto scope = state.bind_or_defer();
     (void)state.api().module_unload(static_cast<sys::Module>(module_));
 }
 
 void SpinKernel::launch(Stream& stream, long long cycles) {
-    auto& state = *device_.state();
+    auto& state = *cudarc::detail::Internals::device_state(device_);
     const auto scope = state.bind();
     void* params[] = {&cycles};
     state.check(state.api().launch_kernel(static_cast<sys::Function>(function_), 1, 1, 1, 1, 1, 1, 0,

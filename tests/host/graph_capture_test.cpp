@@ -24,7 +24,8 @@ namespace {
 
 Device model_device() {
     model::reset();
-    return Device(std::make_shared<detail::DeviceState>(model::api(), 0, DeviceOptions{}));
+    return detail::Internals::make_device(
+        std::make_shared<detail::DeviceState>(model::api(), 0, DeviceOptions{}));
 }
 
 std::string joined(const std::vector<std::string>& lines) {
@@ -196,7 +197,7 @@ TEST_CASE("graph.model_replay_counts_as_its_accesses_on_the_launch_stream") {
     model::hold_events();  // the replay stays "running"
     graph.launch(b);
     CHECK(model::calls("cuStreamWaitEvent") == 2);
-    CHECK(x.view().buffer().hazards().exclusive() == &b.state());
+    CHECK(x.view().buffer().hazards().exclusive() == &cudarc::detail::Internals::stream_state(b));
 
     // Freed right after the launch: the block waits for the replay's event, and a new allocation on its
     // stream gets other memory.
@@ -582,7 +583,8 @@ TEST_CASE("graph.model_events_given_back_during_a_capture_are_usable_after_it") 
 // the capture goes on; work on another device that does not touch captured work runs at once.
 TEST_CASE("graph.model_work_across_devices_nccl_and_managed_memory_inside_a_capture_are_refused") {
     auto device = model_device();
-    Device device1(std::make_shared<detail::DeviceState>(model::api(), 1, DeviceOptions{}));
+    Device device1 = detail::Internals::make_device(
+        std::make_shared<detail::DeviceState>(model::api(), 1, DeviceOptions{}));
     auto s = device.create_stream();
     auto t = device1.create_stream();
     constexpr std::size_t n = 256;

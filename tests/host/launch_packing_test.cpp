@@ -91,9 +91,9 @@ TEST_CASE("launch.pack_slices_by_constness_of_the_parameter") {
     // y written, x read, frozen read; x given for a const parameter even though it is writable.
     auto packed = pack<void(float*, const float*, const float*)>(y, x, frozen);
     REQUIRE(packed.access_count() == 3);
-    CHECK(packed.accesses()[0].buffer == &y.buffer());
+    CHECK(packed.accesses()[0].buffer == &cudarc::detail::Internals::buffer(y));
     CHECK(packed.accesses()[0].access == Access::write);
-    CHECK(packed.accesses()[1].buffer == &x.buffer());
+    CHECK(packed.accesses()[1].buffer == &cudarc::detail::Internals::buffer(x));
     CHECK(packed.accesses()[1].access == Access::read);
     CHECK(packed.accesses()[2].buffer == &frozen.view().buffer());
     CHECK(packed.accesses()[2].access == Access::read);

@@ -203,7 +203,8 @@ TEST_CASE("core.device_copies_share_one_state_and_a_null_stream_is_not_wrapped")
     {
         auto device = Device::open(0);
         Device copy_of = device;
-        CHECK(copy_of.state() == device.state());
+        CHECK(cudarc::detail::Internals::device_state(copy_of) ==
+              cudarc::detail::Internals::device_state(device));
         auto slice = DeviceSlice<int>::zeros(copy_of.default_stream(), 64);
         CHECK(device.allocator_stats().allocated_bytes == copy_of.allocator_stats().allocated_bytes);
         CHECK(device.allocator_stats().allocated_bytes >= 64 * sizeof(int));

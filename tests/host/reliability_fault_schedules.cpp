@@ -162,7 +162,7 @@ class Workload {
                 DeviceSlice<int>& a = slices_[pick(slices_.size())];
                 DevicePtr ptr = 0;
                 {
-                    const auto scope = device_.state()->bind();
+                    const auto scope = cudarc::detail::Internals::device_state(device_)->bind();
                     if (gpu_.driver.api().mem_alloc(&ptr, a.bytes()) != sys::kSuccess) return;
                 }
                 raw_.push_back(ptr);

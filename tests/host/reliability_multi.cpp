@@ -32,14 +32,14 @@ std::vector<int> iota_ints(std::size_t n, int first) {
 // Raw device memory of `device` made through the fake itself (not the injector): what another library
 // would own.
 DevicePtr raw_alloc(FakeGpu& gpu, const Device& device, std::size_t bytes) {
-    const auto scope = device.state()->bind();
+    const auto scope = cudarc::detail::Internals::device_state(device)->bind();
     DevicePtr ptr = 0;
     REQUIRE(gpu.driver.api().mem_alloc(&ptr, bytes) == sys::kSuccess);
     return ptr;
 }
 
 void raw_free(FakeGpu& gpu, const Device& device, DevicePtr ptr) {
-    const auto scope = device.state()->bind();
+    const auto scope = cudarc::detail::Internals::device_state(device)->bind();
     CHECK(gpu.driver.api().mem_free(ptr) == sys::kSuccess);
 }
 

@@ -214,7 +214,7 @@ int run_alloc(const AllocArgs& args) {
     if (device.memory_source() != MemorySource::caching_allocator) {
         throw Error("cudarc-bench alloc: the device does not use the caching allocator");
     }
-    detail::DeviceState& state = *device.state();
+    detail::DeviceState& state = *cudarc::detail::Internals::device_state(device);
     const sys::DriverApi& api = state.api();
     auto* caching = dynamic_cast<alloc::CachingSource*>(&state.memory());
     if (caching == nullptr)

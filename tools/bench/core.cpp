@@ -75,7 +75,7 @@ int run_core(const CoreArgs& args) {
     const int warmups = args.warmups;
     const int rounds = args.rounds;
     auto device = Device::open(args.device);
-    auto& state = *device.state();
+    auto& state = *cudarc::detail::Internals::device_state(device);
     const sys::DriverApi& api = state.api();
     JsonLines json(args, device, "core");
     print_header(json.context(), fmt::format("median of {} rounds after {} warm-up rounds", rounds, warmups));

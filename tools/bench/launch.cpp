@@ -90,7 +90,7 @@ int run_launch(const LaunchArgs& args) {
     const int rounds = args.rounds;
     const int iterations = args.iterations;
     auto device = Device::open(args.device);
-    auto& state = *device.state();
+    auto& state = *cudarc::detail::Internals::device_state(device);
     const sys::DriverApi& api = state.api();
     JsonLines json(args, device, "launch");
     const CompilerVersion compiler = compiler_version(device.backend());

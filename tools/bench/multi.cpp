@@ -142,7 +142,7 @@ int run_multi(const MultiArgs& args) {
                 for (int i = 0; i < iterations; ++i) {
                     check_nccl(api, api.group_start(), "ncclGroupStart");
                     for (std::size_t r = 0; r < comms.size(); ++r) {
-                        const auto scope = devices[r].state()->bind();
+                        const auto scope = cudarc::detail::Internals::device_state(devices[r])->bind();
                         check_nccl(api,
                                    api.all_reduce(reinterpret_cast<const void*>(
                                                       static_cast<std::uintptr_t>(send[r].device_ptr())),
@@ -177,7 +177,7 @@ int run_multi(const MultiArgs& args) {
         const auto src = DeviceSlice<float>::zeros(setup, max_bytes / sizeof(float));
         auto dst = DeviceSlice<float>::zeros(streams[0], max_bytes / sizeof(float));
         setup.synchronize();
-        const sys::DriverApi& api = d1.state()->api();
+        const sys::DriverApi& api = cudarc::detail::Internals::device_state(d1)->api();
         auto run_copies = [&](const std::string& label) {
             for (const std::size_t bytes : sizes_between(min_bytes, max_bytes)) {
                 const std::size_t elements = bytes / sizeof(float);
@@ -186,11 +186,13 @@ int run_multi(const MultiArgs& args) {
                         copy(streams[0], dst.view(0, elements), src.view(0, elements));
                 };
                 const auto raw = [&] {
-                    const auto scope = d1.state()->bind();
+                    const auto scope = cudarc::detail::Internals::device_state(d1)->bind();
                     for (int i = 0; i < iterations; ++i) {
-                        d1.state()->check(
-                            api.memcpy_peer_async(dst.device_ptr(), d1.state()->context(), src.device_ptr(),
-                                                  d0.state()->context(), bytes, streams[0].native()),
+                        cudarc::detail::Internals::device_state(d1)->check(
+                            api.memcpy_peer_async(
+                                dst.device_ptr(), cudarc::detail::Internals::device_state(d1)->context(),
+                                src.device_ptr(), cudarc::detail::Internals::device_state(d0)->context(),
+                                bytes, streams[0].native()),
                             sys::Entry::memcpy_peer_async);
                     }
                 };

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cudarc/detail/native_handles.hpp"
+#include "cudarc/export.hpp"
 
 namespace cudarc {
 class Stream;
@@ -40,7 +41,7 @@ struct ReleaseHook {
 
 // How many graph captures are under way in the process (Note [Capture overlay] in src/core/capture.hpp).
 // While any is, the single-stream fast path below is off, so that captured accesses are seen.
-extern std::atomic<unsigned> captures_underway;
+extern CUDARC_API std::atomic<unsigned> captures_underway;
 
 // What a graph keeps of a buffer its captured work used: the buffer's hazard state while it lives (null
 // once it is released), and its address and size to name it in errors. Created at the buffer's first
@@ -60,7 +61,7 @@ struct BufferLink {
 // relaxed load: no capture under way). Only when a second stream touches the buffer is the range table
 // built (and events recorded, lazily, on the earlier streams). A write of the whole buffer by one stream
 // returns to the fast path.
-class HazardState {
+class CUDARC_API HazardState {
   public:
     HazardState() noexcept;
     // A buffer of `bytes` last written as a whole by `first_writer` (may be null: untouched). The caller
@@ -140,7 +141,7 @@ class HazardState {
 // memory source, freed on destruction ordered after every recorded use) or borrowed (another library owns it;
 // on destruction the owner's stream is made to wait for cudarc's uses and an optional release hook runs once
 // they complete).
-class Buffer {
+class CUDARC_API Buffer {
   public:
     Buffer() = default;
     // Allocates `bytes` on `stream` (uninitialized) from the device's memory source. The allocation counts
@@ -195,24 +196,29 @@ class Buffer {
 
 // Orders an access to bytes [ptr, ptr + bytes) of `buffer` on `stream` (hazard tracking), checking the
 // device first. `ptr` lies in the buffer (callers checked bounds).
-void prepare_access(const Stream& stream, Buffer& buffer, DevicePtr ptr, std::size_t bytes, Access access);
+CUDARC_API void prepare_access(const Stream& stream, Buffer& buffer, DevicePtr ptr, std::size_t bytes,
+                               Access access);
 // The same for the whole buffer.
-void prepare_access(const Stream& stream, Buffer& buffer, Access access);
+CUDARC_API void prepare_access(const Stream& stream, Buffer& buffer, Access access);
 // After the work of a prepared access is enqueued (HazardState::after_access).
-void finish_access(const Stream& stream, Buffer& buffer) noexcept;
+CUDARC_API void finish_access(const Stream& stream, Buffer& buffer) noexcept;
 
 // Non-template memory operations behind DeviceSlice<T> and cudarc::copy. Offsets and sizes in bytes;
 // callers have already checked bounds and sizes.
-void copy_host_to_device(Stream& stream, Buffer& dst, DevicePtr dst_ptr, const void* src, std::size_t bytes);
-void copy_device_to_host(Stream& stream, void* dst, Buffer& src, DevicePtr src_ptr, std::size_t bytes);
-void copy_device_to_device(Stream& stream, Buffer& dst, DevicePtr dst_ptr, Buffer& src, DevicePtr src_ptr,
-                           std::size_t bytes);
-void memset_bytes(Stream& stream, Buffer& dst, DevicePtr dst_ptr, unsigned char value, std::size_t bytes);
+CUDARC_API void copy_host_to_device(Stream& stream, Buffer& dst, DevicePtr dst_ptr, const void* src,
+                                    std::size_t bytes);
+CUDARC_API void copy_device_to_host(Stream& stream, void* dst, Buffer& src, DevicePtr src_ptr,
+                                    std::size_t bytes);
+CUDARC_API void copy_device_to_device(Stream& stream, Buffer& dst, DevicePtr dst_ptr, Buffer& src,
+                                      DevicePtr src_ptr, std::size_t bytes);
+CUDARC_API void memset_bytes(Stream& stream, Buffer& dst, DevicePtr dst_ptr, unsigned char value,
+                             std::size_t bytes);
 // cudarc::prefetch: managed memory to the stream's device (a no-op for other memory and while capturing).
-void prefetch_to_device(Stream& stream, Buffer& buffer, DevicePtr ptr, std::size_t bytes);
+CUDARC_API void prefetch_to_device(Stream& stream, Buffer& buffer, DevicePtr ptr, std::size_t bytes);
 
-[[noreturn]] void throw_out_of_range(const char* what, std::size_t offset, std::size_t count,
-                                     std::size_t size);
-[[noreturn]] void throw_size_mismatch(const char* what, std::size_t dst_size, std::size_t src_size);
+[[noreturn]] CUDARC_API void throw_out_of_range(const char* what, std::size_t offset, std::size_t count,
+                                                std::size_t size);
+[[noreturn]] CUDARC_API void throw_size_mismatch(const char* what, std::size_t dst_size,
+                                                 std::size_t src_size);
 
 }  // namespace cudarc::detail

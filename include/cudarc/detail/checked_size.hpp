@@ -4,11 +4,14 @@
 #include <cstddef>
 #include <limits>
 
+#include "cudarc/export.hpp"
+
 namespace cudarc::detail {
 
 // Throws cudarc::Error: "`what`: `count` elements of `element_bytes` bytes overflow ..."
 // (src/core/error.cpp).
-[[noreturn]] void throw_size_overflow(const char* what, std::size_t count, std::size_t element_bytes);
+[[noreturn]] CUDARC_API void throw_size_overflow(const char* what, std::size_t count,
+                                                 std::size_t element_bytes);
 
 // `count` * `element_bytes`, or an error naming the request (`what`) when the product does not fit in
 // size_t. Note: `element_bytes` is a sizeof at every call site, so the division is folded away.

@@ -11,6 +11,7 @@
 
 #include "cudarc/borrowed.hpp"
 #include "cudarc/detail/buffer.hpp"
+#include "cudarc/export.hpp"
 #include "cudarc/kernel.hpp"
 #include "cudarc/launch_config.hpp"
 #include "cudarc/slice.hpp"
@@ -286,11 +287,11 @@ class PackedArguments<void(Params...), Args...> {
 
 // The non-template half of cudarc::launch (src/rtc/launch.cpp): checks devices, orders every tracked
 // access on `stream` (hazard tracking), then launches.
-void launch_packed(const Stream& stream, const LaunchConfig& config, const Function& function,
-                   void** parameters, const TrackedAccess* accesses, std::size_t access_count);
+CUDARC_API void launch_packed(const Stream& stream, const LaunchConfig& config, const Function& function,
+                              void** parameters, const TrackedAccess* accesses, std::size_t access_count);
 
 // Throws cudarc::Error naming the problem when `config` cannot be launched (a zero extent, a cluster that
 // does not divide the grid). No driver call.
-void validate_launch_config(const LaunchConfig& config);
+CUDARC_API void validate_launch_config(const LaunchConfig& config);
 
 }  // namespace cudarc::detail

@@ -20,6 +20,7 @@
 #include <span>
 #include <vector>
 
+#include "cudarc/export.hpp"
 #include "cudarc/optim/element_type.hpp"
 #include "cudarc/optim/options.hpp"
 #include "cudarc/optim/param_tensor.hpp"
@@ -64,7 +65,7 @@ struct TensorState {
 // would repeat).
 //
 // Not thread-safe: use one optimizer from one host thread at a time (like a stream).
-class Optimizer {
+class CUDARC_API Optimizer {
   public:
     // Uploads the 8-bit code maps (if any) on `stream`. Throws for an invalid option.
     Optimizer(Stream& stream, const OptimizerOptions& options);

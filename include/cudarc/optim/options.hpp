@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "cudarc/export.hpp"
+
 namespace cudarc::optim {
 
 // The update rules: torch.optim's definitions; Lion, AdEMAMix, LAMB and LARS as in their papers (with
@@ -31,11 +33,11 @@ enum class StatePrecision : int { fp32 = 0, blockwise8 = 1 };
 // lacks concurrent managed access the optimizer falls back to device memory (Optimizer::state_placement).
 enum class StatePlacement : int { device = 0, managed = 1 };
 
-[[nodiscard]] std::string_view to_string(UpdateRule rule) noexcept;
+[[nodiscard]] CUDARC_API std::string_view to_string(UpdateRule rule) noexcept;
 // Whether `rule` can keep its state at `precision` (LAMB and LARS: fp32 only).
-[[nodiscard]] bool supports(UpdateRule rule, StatePrecision precision) noexcept;
-[[nodiscard]] std::string_view to_string(StatePrecision precision) noexcept;
-[[nodiscard]] std::string_view to_string(StatePlacement placement) noexcept;
+[[nodiscard]] CUDARC_API bool supports(UpdateRule rule, StatePrecision precision) noexcept;
+[[nodiscard]] CUDARC_API std::string_view to_string(StatePrecision precision) noexcept;
+[[nodiscard]] CUDARC_API std::string_view to_string(StatePlacement placement) noexcept;
 
 // One parameter group's hyper-parameters (torch.optim's names and meanings). Fields a rule does not
 // use are ignored. Validated when given to the optimizer; an invalid value throws cudarc::Error naming it.
@@ -66,7 +68,7 @@ struct GroupOptions {
 // The defaults of `rule`: torch.optim's (Lion: lr 1e-4, betas 0.9 / 0.99; AdamW: weight decay 1e-2);
 // bitsandbytes' for AdEMAMix (alpha 5, beta3 0.9999, weight decay 1e-2), LAMB (as Adam's) and LARS (lr 1e-2,
 // trust coefficient 0.02), and LARS' paper's momentum 0.9.
-[[nodiscard]] GroupOptions default_options(UpdateRule rule) noexcept;
+[[nodiscard]] CUDARC_API GroupOptions default_options(UpdateRule rule) noexcept;
 
 struct OptimizerOptions {
     UpdateRule rule = UpdateRule::adamw;

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 
+#include "cudarc/export.hpp"
 #include "cudarc/optim/element_type.hpp"
 #include "cudarc/slice.hpp"
 
@@ -14,7 +15,7 @@ namespace cudarc::optim {
 // buffer: build ParamTensors once the slices are in place, e.g. after filling a vector). The optimizer
 // does not keep it: every step is given its tensors afresh (their hazard state tells it which work to
 // wait for).
-class ParamTensor {
+class CUDARC_API ParamTensor {
   public:
     // Throws cudarc::Error when the gradient's size differs from the parameter's.
     template <ParamElement T>
