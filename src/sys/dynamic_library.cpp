@@ -62,6 +62,16 @@ void append_unique(std::vector<std::string>& out, const std::string& candidate) 
     if (std::find(out.begin(), out.end(), candidate) == out.end()) out.push_back(candidate);
 }
 
+void add_overridden_candidates(std::vector<std::string>& out, const std::string& override_path,
+                               const std::function<void(const std::string& folder)>& add_folder) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(override_path, ec)) {
+        add_folder(override_path);
+    } else {
+        out.push_back(override_path);
+    }
+}
+
 std::string env_or_empty(const char* name) {
     const char* value = std::getenv(name);
     return value != nullptr ? std::string(value) : std::string();

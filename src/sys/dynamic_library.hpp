@@ -52,6 +52,11 @@ class DynamicLibrary {
 // Appends `candidate` unless it is already in `out` (candidate lists keep their first occurrence).
 void append_unique(std::vector<std::string>& out, const std::string& candidate);
 
+// The candidates when the user named the library (an environment variable such as CUDARC_HIP_LIBRARY): a
+// file is the only choice (no silent fallback), a folder gets `add_folder(folder)`'s appended to `out`.
+void add_overridden_candidates(std::vector<std::string>& out, const std::string& override_path,
+                               const std::function<void(const std::string& folder)>& add_folder);
+
 // "a, b, c" — for error messages.
 [[nodiscard]] std::string join_lines(const std::vector<std::string>& lines, const char* separator);
 

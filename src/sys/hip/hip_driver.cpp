@@ -11,7 +11,6 @@
 #include <atomic>
 #include <cctype>
 #include <cstdint>
-#include <filesystem>
 #include <mutex>
 #include <optional>
 #include <string_view>
@@ -617,12 +616,7 @@ std::vector<std::string> hip_runtime_candidates(const std::string& override_path
         append_unique(out, folder + "/" + kHipUnversioned);
     };
     if (!override_path.empty()) {
-        std::error_code ec;
-        if (std::filesystem::is_directory(override_path, ec)) {
-            add_folder(override_path);
-        } else {
-            out.push_back(override_path);  // a named library is the only choice: no silent fallback
-        }
+        add_overridden_candidates(out, override_path, add_folder);
         return out;
     }
     if (!rocm_path.empty()) add_folder(rocm_path + "/lib");
