@@ -41,7 +41,8 @@ class CUDARC_API Event {
     [[nodiscard]] bool query() const;
     // Blocks the host until the captured work completes (counted). Throws like query().
     void synchronize() const;
-    // Milliseconds between two recorded timing events; both must have completed.
+    // Milliseconds between two recorded timing events of one device; both must have completed. Throws like
+    // query().
     [[nodiscard]] static float elapsed_ms(const Event& start, const Event& end);
 
     [[nodiscard]] NativeEvent native() const noexcept { return event_; }

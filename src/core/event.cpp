@@ -96,6 +96,13 @@ float Event::elapsed_ms(const Event& start, const Event& end) {
     if (!start.timing() || !end.timing()) {
         throw Error("cudarc: Event::elapsed_ms needs two events created with EventTiming::enabled");
     }
+    if (start.device_ != end.device_) {
+        throw Error(
+            fmt::format("cudarc: Event::elapsed_ms: the events belong to different devices ({} and {})",
+                        start.device_->ordinal(), end.device_->ordinal()));
+    }
+    start.refuse_if_captured("Event::elapsed_ms");
+    end.refuse_if_captured("Event::elapsed_ms");
     float ms = 0.0f;
     const auto scope = start.device_->bind();
     start.device_->check(start.device_->api().event_elapsed_time(&ms, start.event_, end.event_),

@@ -405,6 +405,33 @@ TEST_CASE("graph.model_events_waits_and_joins_across_the_capture_border") {
     CHECK_NO_VIOLATIONS();
 }
 
+TEST_CASE("graph.model_elapsed_time_is_refused_inside_a_capture_and_for_captured_events") {
+    auto device = model_device();
+    auto s = device.create_stream();
+    auto x = DeviceSlice<std::uint32_t>::zeros(s, 64);
+    Event start(device, EventTiming::enabled);
+    Event end(device, EventTiming::enabled);
+    start.record(s);
+    end.record(s);
+    s.synchronize();
+    auto graph = capture(s, [&](Stream& c) {
+        CHECK_THROWS_WITH_AS((void)Event::elapsed_ms(start, end), doctest::Contains("inside a graph capture"),
+                             Error);
+        memset(c, x.view(), 1);
+        end.record(c);
+    });
+    CHECK_NO_VIOLATIONS();
+    CHECK_THROWS_WITH_AS((void)Event::elapsed_ms(start, end),
+                         doctest::Contains("last recorded inside a graph capture"), Error);
+    // Recorded again outside, it is an ordinary event (the model keeps no times: the GPU tests time events).
+    graph.launch(s);
+    end.record(s);
+    s.synchronize();
+    CHECK(end.query());
+    CHECK(all_equal(words(x, s), word(1)));
+    CHECK_NO_VIOLATIONS();
+}
+
 TEST_CASE("graph.model_buffers_and_the_graph_lifetime") {
     auto device = model_device();
     auto s = device.create_stream();
