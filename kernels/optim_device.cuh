@@ -977,17 +977,9 @@ __device__ __forceinline__ TileRelease take_tile(TilePipe& pipe, const OptimPara
     return release;
 }
 
-// The same for 8-bit state. Whole tiles come first (only a run's last tile may be partial): copied ones
-// in a loop of their own, which spends nothing on counts and bounds.
-// Note: where a copied tile's buffer is released was measured on an H200 (multi-tensor AdamW, 1024 x
-// 256K, behind the benchmark's gate). Right after the reads, the fence waits for them to land: with
-// 16-bit parameters that cost least (1.15x the floor, against 1.18x releasing before the parameter
-// store and 1.19x after it). With fp32 parameters, whose slice holds twice the registers, releasing
-// before the store ran fastest (1.10x, against 1.14x right after the reads); after the store the fence
-// also waits for the store.
-// AdEMAMix, with a third state, keeps one loop over all tiles and the release right after the reads:
-// the two loops took its fp32-parameter kernel from 0 to 76 bytes of spills and from 1.19x to 1.54x
-// the floor on an H200.
+// run_tiles_8bit for AdEMAMix: one loop over all tiles, each copied tile's buffer released right after
+// its reads. With run_tiles_8bit's two loops its fp32-parameter kernel spilled 76 bytes (0 with one) and
+// took 1.54x the floor against 1.19x on an H200.
 template <int A, class D, bool kNormPass>
 __device__ __forceinline__ bool run_tiles_8bit_one_loop(const TileRun& run, const OptimParams& hp,
                                                         BlockShared<true>& maps, TilePipe& pipe) {
@@ -1025,6 +1017,14 @@ __device__ __forceinline__ bool run_tiles_8bit_one_loop(const TileRun& run, cons
     return saw_nonfinite;
 }
 
+// run_tiles_fp32 for 8-bit state. Whole tiles come first (only a run's last tile may be partial): copied
+// ones in a loop of their own, which spends nothing on counts and bounds.
+// Note: where a copied tile's buffer is released was measured on an H200 (multi-tensor AdamW, 1024 x
+// 256K, behind the benchmark's gate). Right after the reads, the fence waits for them to land: with
+// 16-bit parameters that cost least (1.15x the floor, against 1.18x releasing before the parameter
+// store and 1.19x after it). With fp32 parameters, whose slice holds twice the registers, releasing
+// before the store ran fastest (1.10x, against 1.14x right after the reads); after the store the fence
+// also waits for the store.
 template <int A, class D, bool kNormPass>
 __device__ __forceinline__ bool run_tiles_8bit(const TileRun& run, const OptimParams& hp,
                                                BlockShared<true>& maps, TilePipe& pipe) {
