@@ -227,6 +227,23 @@ constexpr CUDARC_OPTIM_FN int tile_states(int rule) {
     return uses_state3(rule) ? 3 : 2;
 }
 
+// Note [Dynamic chunks]: a multi-tensor 8-bit update with fp32 parameters (and the tile copies) hands
+// out its chunks at run time: block b starts with chunk b, then each block's producer takes the next
+// chunk from a counter in device memory as it goes, and publishes each run to the computing warps
+// through shared memory (optim_device.cuh, "Chunks handed out"). Taken statically (block b: chunks b,
+// b + gridDim.x, ...), blocks of equal work ended up to a quarter apart on an H200 (the two blocks of
+// an SM do not progress alike), and the launch waited for the slowest. The chunks are short then
+// (kDynamicChunkTiles tiles, kernel_abi.hpp: chunk_elements), so the last ones even out. The counter
+// is the 64-bit word kChunkCounterOffset bytes past the launch's blocks_done (the group's header,
+// group_layout.hpp); the last block to finish resets it to 0, so every launch and graph replay starts
+// from 0. With 16-bit parameters the same scheme ran slower on an H200 (1.52x the floor of the
+// 1024-tensor small inventory against 1.39x), so those keep static chunks; so does AdEMAMix, whose
+// kernels spill with it.
+enum : int { kDynamicChunkTiles = 2, kChunkCounterOffset = 16 };
+constexpr CUDARC_OPTIM_FN bool hands_out_chunks(int element_bytes, bool third_state) {
+    return element_bytes == 4 && !third_state;
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Float arithmetic with every rounding explicit.
 //

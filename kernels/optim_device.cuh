@@ -347,14 +347,20 @@ struct TileRun {
     i64 limit;
 };
 
-// The runs of a block, in order. A multi-tensor launch: run r of block b is chunk b + r * gridDim.x.
+// The runs of a block, in order. A multi-tensor launch: run r of block b is chunk b + r * gridDim.x
+// (or as handed out, Note [Dynamic chunks]).
 struct ChunkRuns {
+    static constexpr bool kChunked = true;
     const OptimTensor* tensors;
     const OptimChunk* chunks;
     int num_chunks;
+    unsigned long long* counter;  // the chunks handed out so far, and the blocks done (Note [Dynamic chunks])
     template <int kTile>
     __device__ __forceinline__ bool get(int r, TileRun& run) const {
-        const i64 c = static_cast<i64>(blockIdx.x) + static_cast<i64>(r) * gridDim.x;
+        return get_chunk<kTile>(static_cast<i64>(blockIdx.x) + static_cast<i64>(r) * gridDim.x, run);
+    }
+    template <int kTile>
+    __device__ __forceinline__ bool get_chunk(i64 c, TileRun& run) const {
         if (c >= num_chunks) return false;
         const OptimChunk chunk = chunks[c];
         const OptimTensor t = tensors[chunk.tensor];
@@ -365,6 +371,7 @@ struct ChunkRuns {
 };
 // A per-tensor launch: one run, block b taking tiles b, b + gridDim.x, ...
 struct TensorRuns {
+    static constexpr bool kChunked = false;
     OptimTensor t;
     template <int kTile>
     __device__ __forceinline__ bool get(int r, TileRun& run) const {
@@ -373,6 +380,9 @@ struct TensorRuns {
         return true;
     }
 };
+
+// Runs the producer has published and the computing threads have not finished (Note [Dynamic chunks]).
+enum : int { kRunSlots = 4 };
 
 // Shared memory for one block: reduction scratch and, for 8-bit state, the parts of the two map
 // images the search reads (state 2 is always a second moment, with an unsigned map: the positive
@@ -387,6 +397,10 @@ struct alignas(16) BlockShared {
     // The tile pipeline's barriers (sm_90 and later).
     unsigned long long full[kTileStages];
     unsigned long long empty[kTileStages];
+    // Published runs (chunks handed out): run_full[s] says runs[s] is written, run_empty[s] that it is done.
+    unsigned long long run_full[kRunSlots];
+    unsigned long long run_empty[kRunSlots];
+    TileRun runs[kRunSlots];
 };
 template <>
 struct alignas(16) BlockShared<false> {
@@ -765,6 +779,14 @@ struct TilePipe {
     unsigned put = 0u;
     unsigned empty = 0u;
     unsigned pending = 0u;
+    // Published runs (chunks handed out): the shared-memory address of run_full[0] (run_empty[s] follows
+    // run_full[]); the next slot to read (computing threads) or write (the producer); bit s: the parity of
+    // slot s's next run_full (computing threads) or run_empty (the producer) phase; the producer's bit s:
+    // slot s holds a run not yet done.
+    unsigned run_barriers = 0u;
+    unsigned run_slot = 0u;
+    unsigned run_phase = 0u;
+    unsigned run_pending = 0u;
 };
 
 __device__ __forceinline__ unsigned next_stage(unsigned stage) {
@@ -834,12 +856,23 @@ __device__ __forceinline__ TilePipe start_tile_pipe(BlockShared<true>& shared) {
         return pipe;
     pipe.on = true;
     pipe.barriers = shared_address(&shared.full[0]);
+    pipe.run_barriers = shared_address(&shared.run_full[0]);
     if (threadIdx.x == 0) {
         for (unsigned s = 0; s < static_cast<unsigned>(kTileStages); ++s) {
             asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(full_barrier(pipe, s)) : "memory");
             asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(empty_barrier(pipe, s)),
                          "r"(kThreads)
                          : "memory");
+        }
+        if (hands_out_chunks(static_cast<int>(sizeof(typename D::Storage)), uses_state3(A))) {
+            for (unsigned s = 0; s < static_cast<unsigned>(kRunSlots); ++s) {
+                asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(pipe.run_barriers + 8u * s)
+                             : "memory");
+                asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(
+                                 pipe.run_barriers + 8u * (static_cast<unsigned>(kRunSlots) + s)),
+                             "r"(kThreads)
+                             : "memory");
+            }
         }
         // The initialized barriers are visible to the copy engine (the async proxy) before any copy.
         asm volatile("fence.mbarrier_init.release.cluster;\n\tfence.proxy.async.shared::cta;" ::: "memory");
@@ -908,16 +941,84 @@ __device__ __forceinline__ void issue_tile(TilePipe& pipe, const TileRun& run, i
 #endif
 }
 
+// Copies every whole tile of a run (when its arrays fit), in order.
+template <int A, class D>
+__device__ __forceinline__ void issue_run(TilePipe& pipe, const TileRun& run, const OptimParams& hp) {
+    if (!copies_fit<A>(run.t, hp)) return;
+    for (i64 tile = run.first; tile < run.end && (tile + 1) * kTile8 <= run.limit; tile += run.stride) {
+        issue_tile<A, D>(pipe, run, tile, hp);
+    }
+}
+
 // The producer (one thread): copies every whole tile of the block's runs whose arrays fit, in the
 // order the computing threads take them.
 template <int A, class D, class Runs>
 __device__ __forceinline__ void produce_tiles(TilePipe& pipe, const Runs& runs, const OptimParams& hp) {
     TileRun run;
-    for (int r = 0; runs.template get<kTile8>(r, run); ++r) {
-        if (!copies_fit<A>(run.t, hp)) continue;
-        for (i64 tile = run.first; tile < run.end && (tile + 1) * kTile8 <= run.limit; tile += run.stride) {
-            issue_tile<A, D>(pipe, run, tile, hp);
-        }
+    for (int r = 0; runs.template get<kTile8>(r, run); ++r) issue_run<A, D>(pipe, run, hp);
+}
+
+// --- Chunks handed out (Note [Dynamic chunks]) ---
+//
+// The producer takes the block's chunks (its first is chunk blockIdx.x, the rest from the counter, each
+// asked for one chunk ahead so that the answer is back when it is needed), writes each run into the
+// next of kRunSlots slots in shared memory, and then copies its tiles; a run with `stride` 0 ends the
+// block's runs. The computing threads wait for a slot's run_full phase, process the run straight from
+// the slot, and arrive on its run_empty barrier; the producer reuses a slot once all have.
+
+// The producer: publishes `run`, or with `more` false the end of the runs, in the next slot.
+__device__ __forceinline__ void publish_run(TilePipe& pipe, TileRun* slots, const TileRun& run, bool more) {
+#if CUDARC_OPTIM_TILE_COPIES
+    const unsigned slot = pipe.run_slot;
+    if ((pipe.run_pending >> slot) & 1u) {
+        wait_barrier<true>(pipe.run_barriers + 8u * (static_cast<unsigned>(kRunSlots) + slot),
+                           (pipe.run_phase >> slot) & 1u);
+        pipe.run_phase ^= 1u << slot;
+    }
+    pipe.run_pending |= 1u << slot;
+    pipe.run_slot = slot + 1u == static_cast<unsigned>(kRunSlots) ? 0u : slot + 1u;
+    TileRun published = run;
+    if (!more) published.stride = 0;
+    slots[slot] = published;
+    // (mbarrier.arrive releases the slot's contents to the threads that wait on the phase.)
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(pipe.run_barriers + 8u * slot) : "memory");
+#endif
+}
+
+// Every computing thread: the slot of the next published run (done_with_run gives it back).
+__device__ __forceinline__ unsigned take_run(TilePipe& pipe) {
+    const unsigned slot = pipe.run_slot;
+#if CUDARC_OPTIM_TILE_COPIES
+    wait_barrier<false>(pipe.run_barriers + 8u * slot, (pipe.run_phase >> slot) & 1u);
+    pipe.run_phase ^= 1u << slot;
+    pipe.run_slot = slot + 1u == static_cast<unsigned>(kRunSlots) ? 0u : slot + 1u;
+#endif
+    return slot;
+}
+__device__ __forceinline__ void done_with_run(const TilePipe& pipe, unsigned slot) {
+#if CUDARC_OPTIM_TILE_COPIES
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(
+                     pipe.run_barriers + 8u * (static_cast<unsigned>(kRunSlots) + slot))
+                 : "memory");
+#endif
+}
+
+// The producer of a launch that hands out its chunks.
+template <int A, class D>
+__device__ __forceinline__ void produce_handed_out(TilePipe& pipe, const ChunkRuns& runs,
+                                                   const OptimParams& hp, TileRun* slots) {
+    i64 chunk = blockIdx.x;
+    unsigned next = 0u;
+    bool ask = true;
+    for (;;) {
+        if (ask) next = static_cast<unsigned>(atomicAdd(runs.counter, 1ull)) + gridDim.x;
+        TileRun run;
+        const bool more = runs.template get_chunk<kTile8>(chunk, run);
+        publish_run(pipe, slots, run, more);
+        if (!more) return;
+        issue_run<A, D>(pipe, run, hp);
+        chunk = next;
+        ask = next < static_cast<unsigned>(runs.num_chunks);
     }
 }
 
@@ -1073,6 +1174,31 @@ __device__ __forceinline__ bool run_tiles_8bit(const TileRun& run, const OptimPa
     return saw_nonfinite;
 }
 
+// Every computing thread of a launch that hands out its chunks: the runs as published. Thread 0 then
+// counts the block done; the last block's thread 0 resets the counter.
+template <int A, class D>
+__device__ __forceinline__ bool run_handed_out(BlockShared<true>& shared, const ChunkRuns& runs,
+                                               const OptimParams& hp, TilePipe& pipe) {
+    bool saw_nonfinite = false;
+    for (;;) {
+        const unsigned slot = take_run(pipe);
+        // Read from the slot where needed, which costs fewer registers than a copy.
+        const TileRun& run = shared.runs[slot];
+        if (run.stride == 0) {
+            done_with_run(pipe, slot);
+            break;
+        }
+        saw_nonfinite = run_tiles_8bit<A, D, false>(run, hp, shared, pipe) || saw_nonfinite;
+        done_with_run(pipe, slot);
+    }
+    if (threadIdx.x == 0) {
+        // Every producer of the launch asked its last before its block's end run was published.
+        const unsigned long long before = atomicAdd(runs.counter, 1ull << 32);
+        if ((before >> 32) == gridDim.x - 1u) atomicExch(runs.counter, 0ull);
+    }
+    return saw_nonfinite;
+}
+
 // The tile loop of the state format whose shared memory is given.
 template <int A, class D, bool kNormPass>
 __device__ __forceinline__ bool run_tiles(BlockShared<true>& shared, const TileRun& run,
@@ -1150,9 +1276,21 @@ template <int A, class D, bool kEightBit, bool kNormPass, class Runs>
 __device__ __forceinline__ bool run_all(BlockShared<kEightBit>& shared, const Runs& runs,
                                         const OptimParams& hp, TilePipe& pipe) {
     constexpr int kTile = kEightBit ? kTile8 : kTileFp32;
+    constexpr bool kHandedOut =
+        kEightBit && !kNormPass && Runs::kChunked &&
+        hands_out_chunks(static_cast<int>(sizeof(typename D::Storage)), uses_state3(A));
     if (threadIdx.x >= kThreads) {
-        if (kEightBit && pipe.on && threadIdx.x == kThreads) produce_tiles<A, D>(pipe, runs, hp);
+        if (kEightBit && pipe.on && threadIdx.x == kThreads) {
+            if constexpr (kHandedOut) {
+                produce_handed_out<A, D>(pipe, runs, hp, shared.runs);
+            } else {
+                produce_tiles<A, D>(pipe, runs, hp);
+            }
+        }
         return false;
+    }
+    if constexpr (kHandedOut) {
+        if (pipe.on) return run_handed_out<A, D>(shared, runs, hp, pipe);
     }
     bool saw_nonfinite = false;
     TileRun run;
@@ -1193,7 +1331,10 @@ __device__ __forceinline__ void multi_tensor_kernel(const OptimTensor* tensors, 
     if (kNormPass && blocks_done == 0) return;
     TilePipe pipe = begin_tiles<A, D, kEightBit, kNormPass>(shared);
     stage_maps<A>(shared, hp, qmap1, qmap2);  // (its __syncthreads also publishes the pipeline's barriers)
-    const ChunkRuns runs = {tensors, chunks, num_chunks};
+    // (The chunk counter is in the group's header, next to blocks_done: Note [Dynamic chunks].)
+    const ChunkRuns runs = {tensors, chunks, num_chunks,
+                            reinterpret_cast<unsigned long long*>(
+                                reinterpret_cast<unsigned char*>(blocks_done) + kChunkCounterOffset)};
     const bool saw_nonfinite = run_all<A, D, kEightBit, kNormPass>(shared, runs, hp, pipe);
     if (threadIdx.x >= kThreads) return;
     if (kNormPass) {

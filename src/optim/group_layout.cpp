@@ -102,6 +102,9 @@ GroupLayout plan_group(StatePrecision precision, StateShape shape, std::span<con
     layout.step_offset = 64;
     static_assert(64 + sizeof(abi::StepState) <= kRegionAlignment && alignof(abi::StepState) <= 64,
                   "the group's header holds the flag, the counter and the step state");
+    static_assert(16 + cudarc_optim::kChunkCounterOffset + sizeof(std::uint64_t) <= 64 &&
+                      (16 + cudarc_optim::kChunkCounterOffset) % alignof(std::uint64_t) == 0,
+                  "the chunk counter (Note [Dynamic chunks]) lies between blocks_done and the step state");
     end = kRegionAlignment;
     layout.tensors.resize(numels.size());
     for (std::size_t i = 0; i < numels.size(); ++i) {
@@ -158,7 +161,8 @@ GroupLayout plan_group(StatePrecision precision, StateShape shape, std::span<con
         std::vector<std::int64_t> sizes;
         sizes.reserve(bucket.tensors.size());
         for (const std::size_t i : bucket.tensors) sizes.push_back(layout.tensors[i].numel);
-        bucket.chunks = abi::make_chunks(sizes, precision, max_chunk_elements);
+        bucket.chunks = abi::make_chunks(
+            sizes, precision, abi::chunk_elements(precision, bucket.type, shape.third, max_chunk_elements));
         // Note: make_chunks bounds the chunk count by an int, so these products cannot overflow.
         bucket.descs_offset = reserve(table_end, bucket.tensors.size() * sizeof(abi::TensorDesc), 0, 0);
         bucket.chunks_offset =

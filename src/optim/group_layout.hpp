@@ -53,9 +53,11 @@ struct BucketLayout {
 struct GroupLayout {
     std::vector<TensorLayout> tensors;
     std::vector<BucketLayout> buckets;
-    std::size_t flag_offset = 0;     // int: set to 1 by a step that met a non-finite gradient
-    std::size_t counter_offset = 0;  // unsigned: the max_unorm pass's blocks_done (0 between launches)
-    std::size_t step_offset = 0;     // abi::StepState: a capturable group's step (Note [Capturable steps])
+    std::size_t flag_offset = 0;  // int: set to 1 by a step that met a non-finite gradient
+    // unsigned: the max_unorm pass's blocks_done (0 between launches); the 64-bit word
+    // cudarc_optim::kChunkCounterOffset bytes on is the update pass's chunk counter (Note [Dynamic chunks]).
+    std::size_t counter_offset = 0;
+    std::size_t step_offset = 0;  // abi::StepState: a capturable group's step (Note [Capturable steps])
     std::size_t arena_bytes = 0;
     std::size_t table_bytes = 0;
 };

@@ -243,6 +243,15 @@ unsigned recommended_multi_grid(std::size_t chunks, StatePrecision precision, in
         std::min(count, grid_cap(precision, multiprocessors, resident_per_multiprocessor)));
 }
 
+std::int64_t chunk_elements(StatePrecision precision, ElementType type, bool third_state,
+                            std::int64_t max_chunk_elements) noexcept {
+    if (precision != StatePrecision::blockwise8 ||
+        !cudarc_optim::hands_out_chunks(static_cast<int>(element_size(type)), third_state))
+        return max_chunk_elements;
+    return std::min<std::int64_t>(max_chunk_elements,
+                                  std::int64_t{cudarc_optim::kDynamicChunkTiles} * cudarc_optim::kTile8);
+}
+
 std::vector<Chunk> make_chunks(std::span<const std::int64_t> numels, StatePrecision precision,
                                std::int64_t max_chunk_elements) {
     const std::int64_t tile = tile_elements(precision);

@@ -174,4 +174,11 @@ struct StepSettings {
 [[nodiscard]] std::vector<Chunk> make_chunks(std::span<const std::int64_t> numels, StatePrecision precision,
                                              std::int64_t max_chunk_elements = 16384);
 
+// The chunk size make_chunks gets for a bucket: max_chunk_elements, but at most kDynamicChunkTiles tiles
+// where the update launch hands out its chunks (8-bit state, fp32 parameters, no third state: Note
+// [Dynamic chunks], optim_common.cuh). An invalid max_chunk_elements (<= 0) is passed through, for
+// make_chunks to refuse.
+[[nodiscard]] std::int64_t chunk_elements(StatePrecision precision, ElementType type, bool third_state,
+                                          std::int64_t max_chunk_elements) noexcept;
+
 }  // namespace cudarc::optim::abi

@@ -243,6 +243,8 @@ TEST_CASE("optim.frontend_group_layout") {
             std::vector<Region> regions{
                 {layout.flag_offset, layout.flag_offset + 4},
                 {layout.counter_offset, layout.counter_offset + 4},
+                {layout.counter_offset + cudarc_optim::kChunkCounterOffset,
+                 layout.counter_offset + cudarc_optim::kChunkCounterOffset + 8},
                 {layout.step_offset, layout.step_offset + sizeof(cudarc::optim::abi::StepState)}};
             CHECK(layout.step_offset % alignof(cudarc::optim::abi::StepState) == 0);
             const bool eight = precision == StatePrecision::blockwise8;
@@ -363,6 +365,29 @@ TEST_CASE("optim.frontend_descriptors") {
     CHECK(address(descs[1].unorm) == base + layout.tensors[2].unorm);
     CHECK(address(descs[1].state2) == 0);  // one state array: the rest stays null
     CHECK(address(descs[1].absmax2) == 0);
+}
+
+TEST_CASE("optim.frontend_buckets_that_hand_out_chunks_get_short_chunks") {
+    // Note [Dynamic chunks]: 8-bit state with fp32 parameters (no third state) cuts chunks of at most
+    // kDynamicChunkTiles tiles; everything else keeps max_chunk_elements.
+    const std::vector<ElementType> types{ElementType::fp32, ElementType::fp16, ElementType::bf16};
+    const std::vector<std::int64_t> numels{32768, 32768, 32768};
+    const auto chunk_counts = [&](StatePrecision precision, detail::StateShape shape,
+                                  std::int64_t max_chunk) {
+        const detail::GroupLayout layout = detail::plan_group(precision, shape, types, numels, max_chunk);
+        std::vector<std::size_t> counts;
+        for (const auto& bucket : layout.buckets) counts.push_back(bucket.chunks.size());
+        return counts;
+    };
+    const std::int64_t short_chunk = std::int64_t{cudarc_optim::kDynamicChunkTiles} * cudarc_optim::kTile8;
+    REQUIRE(short_chunk == 4096);
+    using Counts = std::vector<std::size_t>;
+    CHECK(chunk_counts(StatePrecision::blockwise8, detail::StateShape{2}, 16384) == Counts{8, 2, 2});
+    CHECK(chunk_counts(StatePrecision::blockwise8, detail::StateShape{2, true}, 16384) == Counts{2, 2, 2});
+    CHECK(chunk_counts(StatePrecision::fp32, detail::StateShape{2}, 16384) == Counts{2, 2, 2});
+    // A smaller max_chunk_elements still bounds them.
+    CHECK(chunk_counts(StatePrecision::blockwise8, detail::StateShape{2}, 2048) == Counts{16, 16, 16});
+    CHECK(cudarc::optim::abi::chunk_elements(StatePrecision::blockwise8, ElementType::fp32, false, 0) == 0);
 }
 
 TEST_CASE("optim.frontend_checks_step_tensors") {
