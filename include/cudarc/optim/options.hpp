@@ -75,6 +75,7 @@ struct OptimizerOptions {
     StatePrecision precision = StatePrecision::fp32;
     StatePlacement placement = StatePlacement::device;
     // Multi-tensor steps cut tensors into chunks of at most this many elements, each taken by one CUDA block.
+    // (8-bit state with fp32 parameters cuts at most 4096, docs/optimizers.md: Kernel ABI.)
     std::int64_t max_chunk_elements = 16384;
     // Keeps each group's step count and hyper-parameters in device memory, like torch's capturable=True,
     // so that a step captured into a graph is a new step at every replay (the kernels advance the count).
