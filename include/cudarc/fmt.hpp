@@ -124,7 +124,8 @@ struct fmt::formatter<cudarc::Dim3> : cudarc::detail::PlainFormatter {
     }
 };
 
-// "grid (1024, 1, 1), block (256, 1, 1), 0 B dynamic shared memory[, cluster (2, 1, 1)][, cooperative]"
+// "grid (1024, 1, 1), block (256, 1, 1), 0 B dynamic shared memory[, cluster (2, 1, 1)][, cooperative]
+// [, programmatic serialization]"
 template <>
 struct fmt::formatter<cudarc::LaunchConfig> : cudarc::detail::PlainFormatter {
     template <typename FormatContext>
@@ -133,6 +134,8 @@ struct fmt::formatter<cudarc::LaunchConfig> : cudarc::detail::PlainFormatter {
                                   cudarc::detail::ByteCount{c.shared_mem_bytes});
         if (c.cluster) out = fmt::format_to(out, ", cluster {}", *c.cluster);
         if (c.cooperative == cudarc::Cooperative::yes) out = fmt::format_to(out, ", cooperative");
+        if (c.serialization == cudarc::StreamSerialization::programmatic)
+            out = fmt::format_to(out, ", programmatic serialization");
         return out;
     }
 };

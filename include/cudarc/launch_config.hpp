@@ -32,6 +32,16 @@ struct Dim3 {
 // Whether all blocks of a launch are guaranteed to be resident at once (grid-wide synchronization).
 enum class Cooperative : bool { no, yes };
 
+// How a launch is ordered after the kernel ahead of it in its stream. `full`: it starts once that kernel
+// has finished. `programmatic` (programmatic dependent launch, compute capability 9.0 and newer): it may
+// start as soon as every block of that kernel has run griddepcontrol.launch_dependents
+// (cudaTriggerProgrammaticLaunchCompletion) or exited, before that kernel has finished; it must then run
+// griddepcontrol.wait (cudaGridDependencySynchronize) before it touches memory that earlier work in the
+// stream writes. Only the kernel ahead is overlapped: copies, event waits and other streams order the
+// launch as always. It is a request: where the backend or driver has no such launch (HIP, drivers before
+// CUDA 12.0) the launch is fully ordered, which is always correct.
+enum class StreamSerialization : bool { full, programmatic };
+
 // The shape of a device, as far as choosing a grid goes.
 struct DeviceShape {
     unsigned multiprocessors = 0;
@@ -43,8 +53,9 @@ struct DeviceShape {
 //
 //     launch(stream, LaunchConfig{blocks, 256}.with_cluster({2}), kernel, ...);
 //
-// Note: without attributes a launch is a plain cuLaunchKernel; only a cluster or a cooperative launch takes
-// the cuLaunchKernelEx path, so the common case stays as cheap as the raw driver call.
+// Note: without attributes a launch is a plain cuLaunchKernel; only a cluster, a cooperative or a
+// programmatic launch takes the cuLaunchKernelEx path, so the common case stays as cheap as the raw
+// driver call.
 struct CUDARC_API LaunchConfig {
     Dim3 grid = Dim3{};
     Dim3 block = Dim3{};
@@ -54,6 +65,7 @@ struct CUDARC_API LaunchConfig {
     // Thread block cluster dimensions (sm_90 and newer); the grid must be a multiple of them.
     std::optional<Dim3> cluster = std::nullopt;
     Cooperative cooperative = Cooperative::no;
+    StreamSerialization serialization = StreamSerialization::full;
 
     [[nodiscard]] constexpr LaunchConfig with_shared_memory(unsigned bytes) const noexcept {
         LaunchConfig copy = *this;
@@ -71,9 +83,15 @@ struct CUDARC_API LaunchConfig {
         copy.cooperative = value;
         return copy;
     }
+    [[nodiscard]] constexpr LaunchConfig with_serialization(StreamSerialization value) const noexcept {
+        LaunchConfig copy = *this;
+        copy.serialization = value;
+        return copy;
+    }
     // True when the launch needs cuLaunchKernelEx.
     [[nodiscard]] constexpr bool has_attributes() const noexcept {
-        return cluster.has_value() || cooperative == Cooperative::yes;
+        return cluster.has_value() || cooperative == Cooperative::yes ||
+               serialization == StreamSerialization::programmatic;
     }
 
     // A one-dimensional launch for a grid-stride kernel over `n` elements: blocks of `block_size` threads,

@@ -32,6 +32,7 @@ std::string describe(const LaunchConfig& config) {
                                   describe(config.block), config.shared_mem_bytes);
     if (config.cluster) out += fmt::format(", cluster {}", describe(*config.cluster));
     if (config.cooperative == Cooperative::yes) out += ", cooperative";
+    if (config.serialization == StreamSerialization::programmatic) out += ", programmatic serialization";
     return out;
 }
 
@@ -70,9 +71,22 @@ void check_other_device_buffer(const TrackedAccess& access, const Function& func
                     owner->ordinal()));
 }
 
+// Whether this backend and driver can launch with programmatic serialization; where not, such a launch is
+// fully ordered instead (LaunchConfig: a request, never needed for correctness).
+bool honours_programmatic_serialization(const sys::DriverApi& api) noexcept {
+    return api.backend == Backend::cuda && api.launch_kernel_ex != nullptr;
+}
+
+// Whether `config` goes through cuLaunchKernelEx (or its cooperative fallback) here, not cuLaunchKernel.
+bool takes_attributes(const sys::DriverApi& api, const LaunchConfig& config) noexcept {
+    return config.cluster.has_value() || config.cooperative == Cooperative::yes ||
+           (config.serialization == StreamSerialization::programmatic &&
+            honours_programmatic_serialization(api));
+}
+
 sys::Result launch_with_attributes(const sys::DriverApi& api, const LaunchConfig& config,
                                    sys::Function function, sys::Stream stream, void** parameters) {
-    std::array<sys::LaunchAttribute, 2> attributes{};
+    std::array<sys::LaunchAttribute, 3> attributes{};
     unsigned count = 0;
     if (config.cluster) {
         sys::LaunchAttribute& a = attributes[count++];
@@ -85,6 +99,17 @@ sys::Result launch_with_attributes(const sys::DriverApi& api, const LaunchConfig
         sys::LaunchAttribute& a = attributes[count++];
         a.id = sys::kLaunchAttributeCooperative;
         a.value.cooperative = 1;
+    }
+    if (config.serialization == StreamSerialization::programmatic &&
+        honours_programmatic_serialization(api)) {
+        sys::LaunchAttribute& a = attributes[count++];
+        a.id = sys::kLaunchAttributeProgrammaticStreamSerialization;
+        a.value.programmatic_stream_serialization_allowed = 1;
+    }
+    if (!takes_attributes(api, config)) {
+        return api.launch_kernel(function, config.grid.x, config.grid.y, config.grid.z, config.block.x,
+                                 config.block.y, config.block.z, config.shared_mem_bytes, stream, parameters,
+                                 nullptr);
     }
     if (api.launch_kernel_ex != nullptr) {
         const sys::LaunchConfig raw{
@@ -137,7 +162,7 @@ sys::Result launch_with_attributes(const sys::DriverApi& api, const LaunchConfig
         }
     }
     const sys::Entry call =
-        config.has_attributes() ? sys::Entry::launch_kernel_ex : sys::Entry::launch_kernel;
+        takes_attributes(api, config) ? sys::Entry::launch_kernel_ex : sys::Entry::launch_kernel;
     device.throw_error(result, call, fmt::format(" (kernel '{}', {})", function.name(), describe(config)));
 }
 

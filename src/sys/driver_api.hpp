@@ -126,12 +126,15 @@ struct Uuid {
 // CUlaunchAttribute / CUlaunchConfig layouts (cuLaunchKernelEx).
 inline constexpr int kLaunchAttributeCooperative = 2;       // CU_LAUNCH_ATTRIBUTE_COOPERATIVE
 inline constexpr int kLaunchAttributeClusterDimension = 4;  // CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+inline constexpr int kLaunchAttributeProgrammaticStreamSerialization = 6;
 union LaunchAttributeValue {
     char pad[64];
     struct {
         unsigned x, y, z;
     } cluster_dim;
     int cooperative;
+    int programmatic_stream_serialization_allowed;
 };
 struct LaunchAttribute {
     int id;

@@ -55,6 +55,36 @@ extern "C" __global__ void cluster_ranks(unsigned* rank, unsigned* size) {
 }
 )";
 
+// Compiled only for sm_90 and newer: griddepcontrol (programmatic dependent launch) does not exist before.
+constexpr const char* kProgrammaticSource = R"(
+__device__ unsigned long long now_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// Lets the launch after it start at once, spins for `cycles`, then writes `value` to out[0..n) and the
+// time it ended to *ended.
+extern "C" __global__ void write_late(unsigned* out, unsigned n, unsigned value, long long cycles,
+                                      unsigned long long* ended) {
+    asm volatile("griddepcontrol.launch_dependents;");
+    const long long start = clock64();
+    while (clock64() - start < cycles) {
+    }
+    for (unsigned i = threadIdx.x; i < n; i += blockDim.x) out[i] = value;
+    __syncthreads();
+    if (threadIdx.x == 0) *ended = now_ns();
+}
+
+// Writes the time it started to *started, waits for the kernel ahead, then copies in[0..n) to out.
+extern "C" __global__ void copy_after_wait(unsigned* out, const unsigned* in, unsigned n,
+                                           unsigned long long* started) {
+    if (threadIdx.x == 0) *started = now_ns();
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    for (unsigned i = threadIdx.x; i < n; i += blockDim.x) out[i] = in[i];
+}
+)";
+
 const Module& test_module(const Device& device) {
     static const Module module = Module::compile(device, Program(kSource, "launch_attributes_test.cu"));
     return module;
@@ -157,6 +187,50 @@ TEST_CASE("launch.cooperative_launch") {
     CHECK_THROWS_AS(
         launch(stream, LaunchConfig{resident + 1, block}.with_cooperative(), barrier, arrived, seen, timeout),
         Error);
+}
+
+TEST_CASE("launch.programmatic_serialization_starts_early_and_the_wait_sees_the_kernel_ahead") {
+    auto device = Device::open(0);
+    if (device.compute_capability() < ComputeCapability{9, 0}) {
+        test::skip_test("programmatic dependent launch needs compute capability 9.0; this device is " +
+                        device.arch());
+        return;
+    }
+    const Module module = Module::compile(device, Program(kProgrammaticSource, "programmatic.cu"));
+    const auto write_late =
+        module.kernel<void(unsigned*, unsigned, unsigned, long long, unsigned long long*)>("write_late");
+    const auto copy_after_wait =
+        module.kernel<void(unsigned*, const unsigned*, unsigned, unsigned long long*)>("copy_after_wait");
+    Stream stream = device.create_stream();
+    const unsigned n = 1000 + static_cast<unsigned>(rng()() % 5000);
+    const long long cycles = spin_cycles(device, 0.2);
+
+    for (const StreamSerialization serialization :
+         {StreamSerialization::programmatic, StreamSerialization::full}) {
+        const bool programmatic = serialization == StreamSerialization::programmatic;
+        CAPTURE(programmatic);
+        const unsigned value = static_cast<unsigned>(rng()());
+        auto data = DeviceSlice<unsigned>::from_host(stream, std::vector<unsigned>(n, kPoison));
+        auto copied = DeviceSlice<unsigned>::from_host(stream, std::vector<unsigned>(n, kPoison));
+        auto times = DeviceSlice<unsigned long long>::zeros(stream, 2);  // [0] ended, [1] started
+        const auto before = device.counters();
+        launch(stream, LaunchConfig{1, 256}, write_late, data, n, value, cycles, times.view(0, 1));
+        launch(stream, LaunchConfig{1, 256}.with_serialization(serialization), copy_after_wait, copied, data,
+               n, times.view(1, 1));
+        CHECK((device.counters() - before).kernel_launches == 2);
+        const auto got = copied.to_vector(stream);
+        CHECK(std::count(got.begin(), got.end(), value) == static_cast<std::ptrdiff_t>(n));
+        const auto t = times.to_vector(stream);
+        REQUIRE(t[0] != 0);
+        REQUIRE(t[1] != 0);
+        // Device timestamps: the programmatic launch started while the kernel ahead still spun (about
+        // 200 us); the fully ordered one only after it had ended.
+        if (programmatic) {
+            CHECK(t[1] < t[0]);
+        } else {
+            CHECK(t[1] >= t[0]);
+        }
+    }
 }
 
 TEST_CASE("launch.for_elements_from_device_and_occupancy") {

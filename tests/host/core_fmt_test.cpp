@@ -22,6 +22,8 @@ TEST_CASE("core.fmt_value_types") {
     CHECK(
         fmt::format("{}", LaunchConfig{8, 128, 65536}.with_cluster({2}).with_cooperative()) ==
         "grid (8, 1, 1), block (128, 1, 1), 64.0 KiB dynamic shared memory, cluster (2, 1, 1), cooperative");
+    CHECK(fmt::format("{}", LaunchConfig{8, 128}.with_serialization(StreamSerialization::programmatic)) ==
+          "grid (8, 1, 1), block (128, 1, 1), 0 B dynamic shared memory, programmatic serialization");
     CHECK(fmt::format("{}", MemoryInfo{std::size_t{3} << 29, std::size_t{80} << 30}) ==
           "1.50 GiB free of 80.0 GiB");
 }

@@ -52,6 +52,13 @@ TEST_CASE("launch.config_construction") {
     CHECK(cooperative.has_attributes());
     CHECK(cooperative.cooperative == cudarc::Cooperative::yes);
     CHECK_FALSE(config.with_cooperative(cudarc::Cooperative::no).has_attributes());
+
+    CHECK(config.serialization == cudarc::StreamSerialization::full);
+    const auto programmatic = config.with_serialization(cudarc::StreamSerialization::programmatic);
+    CHECK(programmatic.has_attributes());
+    CHECK(programmatic.serialization == cudarc::StreamSerialization::programmatic);
+    CHECK(config.serialization == cudarc::StreamSerialization::full);
+    CHECK_FALSE(programmatic.with_serialization(cudarc::StreamSerialization::full).has_attributes());
     CHECK(config.with_shared_memory(100 * 1024).shared_mem_bytes == 100 * 1024);
 }
 
