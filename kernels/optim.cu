@@ -66,6 +66,8 @@ __global__ void __launch_bounds__((LaunchBounds<kPrecision == kStateBlockwise8, 
     multi_step_capturable(const OptimTensor* tensors, const OptimChunk* chunks, int num_chunks,
                           int num_tensors, OptimStepState* step, int advance, const QuantMapImage* qmap1,
                           const QuantMapImage* qmap2, int* nonfinite_flag, unsigned* blocks_done) {
+    let_later_kernels_start();
+    wait_for_earlier_kernels();  // the step state is written by the kernels ahead (Note [Early launch])
     const OptimParams params = read_step<kRule>(step, advance != 0);
     multi_tensor_kernel<kRule, typename ElementOf<kElement>::type, kPrecision == kStateBlockwise8, kNormPass>(
         tensors, chunks, num_chunks, num_tensors, params, qmap1, qmap2, nonfinite_flag, blocks_done);

@@ -204,13 +204,18 @@ constexpr CUDARC_OPTIM_FN int norm_count(int rule) {
 enum : int { kThreads = 256, kQuantBlock = 256, kTileFp32 = kThreads * 4, kTile8 = kThreads * 8 };
 
 // 8-bit state on sm_90 and later: the tensor memory accelerator copies the block's coming tiles into
-// kTileStages buffers in dynamic shared memory (optim_device.cuh, "Tiles through shared memory"). A
+// tile_stages() buffers in dynamic shared memory (optim_device.cuh, "Tiles through shared memory"). A
 // buffer holds one tile's parameters, gradients, both states' codes and both states' 8 absmax values.
 // The update launch provides tile_pipeline_bytes() of dynamic shared memory (kernel_abi.hpp:
 // dynamic_shared_bytes); with less, the kernels load directly. Note: on an H200 (1024 x 256K AdamW)
 // three buffers beat two with fp32 parameters (1.18 against 1.25 ms) and were within run-to-run
-// noise of two with bf16 (1.02-1.04 against 1.01 ms).
-enum : int { kTileStages = 3 };
+// noise of two with bf16 (1.02-1.04 against 1.01 ms). 16-bit parameters take four: their tiles are
+// smaller, so three left fewer bytes in flight per multiprocessor than fp32's (four still fit two blocks
+// per multiprocessor; fp32 parameters' would not).
+enum : int { kMaxTileStages = 4 };
+constexpr CUDARC_OPTIM_FN int tile_stages(int element_bytes) {
+    return element_bytes == 2 ? 4 : 3;
+}
 // The update launch of those kernels also brings a producer warp that issues the copies: blockDim.x =
 // kThreads + kProducerThreads (kernel_abi.hpp: update_block_threads); with kThreads alone they load
 // directly.
@@ -220,7 +225,7 @@ constexpr CUDARC_OPTIM_FN int tile_buffer_bytes(int element_bytes, int states = 
     return kTile8 * (2 * element_bytes + states) + states * (kTile8 / kQuantBlock) * 4;
 }
 constexpr CUDARC_OPTIM_FN int tile_pipeline_bytes(int element_bytes, int states = 2) {
-    return kTileStages * tile_buffer_bytes(element_bytes, states);
+    return tile_stages(element_bytes) * tile_buffer_bytes(element_bytes, states);
 }
 // The states a rule's tile buffers hold.
 constexpr CUDARC_OPTIM_FN int tile_states(int rule) {

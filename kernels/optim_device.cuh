@@ -10,11 +10,14 @@
 
 #include "optim_common.cuh"
 
-// sm_90 and later copy 8-bit tiles into shared memory ahead of use ("Tiles through shared memory").
+// sm_90 and later copy 8-bit tiles into shared memory ahead of use ("Tiles through shared memory"), and
+// their passes may start before the kernel ahead of them has finished (Note [Early launch]).
 #if (defined(__CUDACC_RTC__) || defined(__CUDACC__)) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define CUDARC_OPTIM_TILE_COPIES 1
+#define CUDARC_OPTIM_EARLY_LAUNCH 1
 #else
 #define CUDARC_OPTIM_TILE_COPIES 0
+#define CUDARC_OPTIM_EARLY_LAUNCH 0
 #endif
 
 // A butterfly over 32 lanes. Note: __shfl_xor_sync is CUDA's; HIP's __shfl_xor takes a width, and
@@ -26,6 +29,26 @@
 #endif
 
 namespace cudarc_optim {
+
+// Note [Early launch]: on sm_90 and later the update and unorm passes are launched with programmatic
+// serialization (kernel_abi.hpp: pass_serialization), so a pass may start while the kernel ahead of it
+// in the stream is still running: its blocks take the multiprocessors that kernel's finished blocks
+// free, and the launch's own latency overlaps that kernel's end. Every pass therefore waits for the
+// kernels ahead (wait_for_earlier_kernels) before it touches memory they may write: parameters,
+// gradients, state, the group's header (counters, flag, norms) and a capturable step's state. Before the
+// wait a block reads only its code maps and its chunk and descriptor tables, which host copies alone
+// write, and a copy is never the kernel a launch overlaps. Each pass lets the launch after it start as
+// early as it can (let_later_kernels_start, at entry): that launch waits in turn.
+__device__ __forceinline__ void let_later_kernels_start() {
+#if CUDARC_OPTIM_EARLY_LAUNCH
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_earlier_kernels() {
+#if CUDARC_OPTIM_EARLY_LAUNCH
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 
 // Vectors moved as one access (ld/st.global.v4 / .v2 on NVIDIA, dwordx4 / x2 on AMD).
 struct alignas(16) Vec4f {
@@ -395,8 +418,8 @@ struct alignas(16) BlockShared {
     unsigned bucket1[2 * kMapBuckets];
     unsigned bucket2[kMapBuckets];
     // The tile pipeline's barriers (sm_90 and later).
-    unsigned long long full[kTileStages];
-    unsigned long long empty[kTileStages];
+    unsigned long long full[kMaxTileStages];
+    unsigned long long empty[kMaxTileStages];
     // Published runs (chunks handed out): run_full[s] says runs[s] is written, run_empty[s] that it is done.
     unsigned long long run_full[kRunSlots];
     unsigned long long run_empty[kRunSlots];
@@ -757,7 +780,7 @@ __device__ __forceinline__ bool run_tiles_fp32(const TileRun& run, const OptimPa
 // few bytes in flight to cover memory latency (on an H200 the warps stalled on loads over half the
 // time with memory at half its bandwidth; L2 prefetches and more resident warps did not help). Here
 // a producer warp (the block's ninth, kProducerThreads threads past the kThreads that compute) has
-// the tensor memory accelerator copy the block's tiles into kTileStages shared buffers, while the
+// the tensor memory accelerator copy the block's tiles into tile_stages() shared buffers, while the
 // other warps compute: an mbarrier per buffer (`full`) says when a tile has landed; every computing
 // thread then reads its part into registers and arrives on the buffer's `empty` barrier, and the
 // producer refills the buffer once all have. The producer walks the block's runs in the order the
@@ -789,8 +812,14 @@ struct TilePipe {
     unsigned run_pending = 0u;
 };
 
+// The tile buffers of a block whose parameters are D's.
+template <class D>
+__device__ __forceinline__ constexpr unsigned stages_of() {
+    return static_cast<unsigned>(tile_stages(static_cast<int>(sizeof(typename D::Storage))));
+}
+template <class D>
 __device__ __forceinline__ unsigned next_stage(unsigned stage) {
-    return stage + 1u == static_cast<unsigned>(kTileStages) ? 0u : stage + 1u;
+    return stage + 1u == stages_of<D>() ? 0u : stage + 1u;
 }
 
 #if CUDARC_OPTIM_TILE_COPIES
@@ -803,7 +832,7 @@ __device__ __forceinline__ unsigned full_barrier(const TilePipe& pipe, unsigned 
     return pipe.barriers + 8u * stage;
 }
 __device__ __forceinline__ unsigned empty_barrier(const TilePipe& pipe, unsigned stage) {
-    return pipe.barriers + 8u * (static_cast<unsigned>(kTileStages) + stage);
+    return pipe.barriers + 8u * (static_cast<unsigned>(kMaxTileStages) + stage);
 }
 // Waits until the barrier's phase of the given parity completes. kSuspended (the producer): try_wait
 // with a long suspend-time hint (kProducerSuspend ns), which lets the thread sleep in the barrier
@@ -858,7 +887,7 @@ __device__ __forceinline__ TilePipe start_tile_pipe(BlockShared<true>& shared) {
     pipe.barriers = shared_address(&shared.full[0]);
     pipe.run_barriers = shared_address(&shared.run_full[0]);
     if (threadIdx.x == 0) {
-        for (unsigned s = 0; s < static_cast<unsigned>(kTileStages); ++s) {
+        for (unsigned s = 0; s < stages_of<D>(); ++s) {
             asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(full_barrier(pipe, s)) : "memory");
             asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(empty_barrier(pipe, s)),
                          "r"(kThreads)
@@ -907,7 +936,7 @@ __device__ __forceinline__ void issue_tile(TilePipe& pipe, const TileRun& run, i
         pipe.empty ^= 1u << stage;
     }
     pipe.pending |= 1u << stage;
-    pipe.put = next_stage(stage);
+    pipe.put = next_stage<D>(stage);
     constexpr int kStates = tile_states(A);
     const bool with1 = uses_state1(A, hp);
     const bool with2 = uses_state2(A);
@@ -955,7 +984,10 @@ __device__ __forceinline__ void issue_run(TilePipe& pipe, const TileRun& run, co
 template <int A, class D, class Runs>
 __device__ __forceinline__ void produce_tiles(TilePipe& pipe, const Runs& runs, const OptimParams& hp) {
     TileRun run;
-    for (int r = 0; runs.template get<kTile8>(r, run); ++r) issue_run<A, D>(pipe, run, hp);
+    for (int r = 0; runs.template get<kTile8>(r, run); ++r) {
+        if (r == 0) wait_for_earlier_kernels();  // the first run from the tables before (Note [Early launch])
+        issue_run<A, D>(pipe, run, hp);
+    }
 }
 
 // --- Chunks handed out (Note [Dynamic chunks]) ---
@@ -1007,19 +1039,17 @@ __device__ __forceinline__ void done_with_run(const TilePipe& pipe, unsigned slo
 template <int A, class D>
 __device__ __forceinline__ void produce_handed_out(TilePipe& pipe, const ChunkRuns& runs,
                                                    const OptimParams& hp, TileRun* slots) {
-    i64 chunk = blockIdx.x;
-    unsigned next = 0u;
-    bool ask = true;
-    for (;;) {
-        if (ask) next = static_cast<unsigned>(atomicAdd(runs.counter, 1ull)) + gridDim.x;
-        TileRun run;
-        const bool more = runs.template get_chunk<kTile8>(chunk, run);
-        publish_run(pipe, slots, run, more);
-        if (!more) return;
+    TileRun run;
+    bool more = runs.template get_chunk<kTile8>(blockIdx.x, run);
+    wait_for_earlier_kernels();  // after the tables, before the counter (Note [Early launch])
+    while (more) {
+        // The next chunk is asked for before this one's tiles are copied, so its answer is back in time.
+        const unsigned next = static_cast<unsigned>(atomicAdd(runs.counter, 1ull)) + gridDim.x;
+        publish_run(pipe, slots, run, true);
         issue_run<A, D>(pipe, run, hp);
-        chunk = next;
-        ask = next < static_cast<unsigned>(runs.num_chunks);
+        more = next < static_cast<unsigned>(runs.num_chunks) && runs.template get_chunk<kTile8>(next, run);
     }
+    publish_run(pipe, slots, run, false);
 }
 
 // Releases a taken tile's buffer to the producer.
@@ -1047,7 +1077,7 @@ __device__ __forceinline__ TileRelease take_tile(TilePipe& pipe, const OptimPara
     const unsigned stage = pipe.take;
     wait_barrier<false>(full_barrier(pipe, stage), (pipe.full >> stage) & 1u);
     pipe.full ^= 1u << stage;
-    pipe.take = next_stage(stage);
+    pipe.take = next_stage<D>(stage);
     const unsigned char* buffer =
         cudarc_optim_tile_buffers +
         stage * static_cast<unsigned>(tile_buffer_bytes(static_cast<int>(sizeof(S)), kStates));
@@ -1306,9 +1336,11 @@ __device__ __forceinline__ void tensor_kernel(const OptimTensor& t, const OptimP
                                               const QuantMapImage* qmap1, const QuantMapImage* qmap2,
                                               int* nonfinite_flag, unsigned* blocks_done) {
     __shared__ BlockShared<kEightBit> shared;
+    let_later_kernels_start();
     if (kNormPass && (t.unorm == 0 || blocks_done == 0)) return;
     TilePipe pipe = begin_tiles<A, D, kEightBit, kNormPass>(shared);
     stage_maps<A>(shared, hp, qmap1, qmap2);  // (its __syncthreads also publishes the pipeline's barriers)
+    if (threadIdx.x < kThreads) wait_for_earlier_kernels();  // (the producer waits in produce_tiles)
     const TensorRuns runs = {t};
     const bool saw_nonfinite = run_all<A, D, kEightBit, kNormPass>(shared, runs, hp, pipe);
     if (threadIdx.x >= kThreads) return;
@@ -1328,9 +1360,11 @@ __device__ __forceinline__ void multi_tensor_kernel(const OptimTensor* tensors, 
                                                     const QuantMapImage* qmap1, const QuantMapImage* qmap2,
                                                     int* nonfinite_flag, unsigned* blocks_done) {
     __shared__ BlockShared<kEightBit> shared;
+    let_later_kernels_start();
     if (kNormPass && blocks_done == 0) return;
     TilePipe pipe = begin_tiles<A, D, kEightBit, kNormPass>(shared);
     stage_maps<A>(shared, hp, qmap1, qmap2);  // (its __syncthreads also publishes the pipeline's barriers)
+    if (threadIdx.x < kThreads) wait_for_earlier_kernels();  // (the producer waits once it has its first run)
     // (The chunk counter is in the group's header, next to blocks_done: Note [Dynamic chunks].)
     const ChunkRuns runs = {tensors, chunks, num_chunks,
                             reinterpret_cast<unsigned long long*>(

@@ -229,6 +229,10 @@ unsigned update_block_threads(StatePrecision precision, int major) noexcept {
     return kBlockThreads + (copies ? static_cast<unsigned>(cudarc_optim::kProducerThreads) : 0u);
 }
 
+StreamSerialization pass_serialization(int major) noexcept {
+    return major >= 9 ? StreamSerialization::programmatic : StreamSerialization::full;
+}
+
 unsigned recommended_grid(std::int64_t numel, StatePrecision precision, int multiprocessors,
                           int resident_per_multiprocessor) {
     const std::int64_t tiles = std::max<std::int64_t>(1, tile_count(numel, precision));

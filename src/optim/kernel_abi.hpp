@@ -56,6 +56,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cudarc/launch_config.hpp"
 #include "cudarc/optim/element_type.hpp"
 #include "cudarc/optim/options.hpp"
 #include "optim/quantization.hpp"
@@ -153,6 +154,12 @@ struct StepSettings {
 // Threads per block of the update pass: kBlockThreads plus the producer warp of the 8-bit kernels'
 // tile copies on sm_90 and later.
 [[nodiscard]] unsigned update_block_threads(StatePrecision precision, int major) noexcept;
+
+// How the update and unorm passes are ordered after the kernel ahead of them in their stream: on sm_90
+// and later (CUDA) they may start early (StreamSerialization::programmatic), since they wait for the
+// kernels ahead before touching anything those may write (Note [Early launch], optim_device.cuh).
+// store_step does not wait: it is launched fully ordered.
+[[nodiscard]] StreamSerialization pass_serialization(int major) noexcept;
 
 // Grid for the tensor layout (the kernels accept any grid). fp32 state: one block per tile, which
 // measured fastest on an H200 (fp32 AdamW at 256M parameters moved 4.25 TB/s, the copy rate, against

@@ -30,10 +30,16 @@ namespace {
 
 constexpr unsigned kBlockThreads = abi::kBlockThreads;
 
-// The launch of an update pass: `config`'s grid, with the block size and dynamic shared memory the
-// set's update kernels take (the 8-bit tile copies' producer warp and buffers).
-LaunchConfig update_config(const LaunchConfig& config, const KernelSet& set) {
-    return LaunchConfig{config.grid, set.update_block_threads, set.update_shared_bytes};
+// The launch of a unorm pass: `grid` blocks of kBlockThreads, ordered as the set's passes are.
+LaunchConfig unorm_config(unsigned grid, const KernelSet& set) {
+    return LaunchConfig{grid, kBlockThreads}.with_serialization(set.serialization);
+}
+
+// The launch of an update pass: the block size and dynamic shared memory the set's update kernels take
+// (the 8-bit tile copies' producer warp and buffers).
+LaunchConfig update_config(const LaunchConfig& unorm, const KernelSet& set) {
+    return LaunchConfig{unorm.grid, set.update_block_threads, set.update_shared_bytes}.with_serialization(
+        set.serialization);
 }
 
 // A device address as the kernels' pointer parameters take it. Note: the kernels reach the memory behind
@@ -205,8 +211,9 @@ const KernelSet& OptimizerState::kernels_for(ElementType type) {
         updates = {&set.tensor_update.function(), &set.multi_update.function()};
         norms = {&set.tensor_unorm.function(), &set.multi_unorm.function()};
     }
+    const int major = device.backend() == Backend::cuda ? device.compute_capability().major : 0;
+    set.serialization = abi::pass_serialization(major);
     if (precision == StatePrecision::blockwise8) {
-        const int major = device.backend() == Backend::cuda ? device.compute_capability().major : 0;
         set.update_shared_bytes =
             static_cast<unsigned>(abi::dynamic_shared_bytes(options.rule, precision, type, major));
         set.update_block_threads = abi::update_block_threads(precision, major);
@@ -357,10 +364,10 @@ void OptimizerState::step_tensor(Stream& stream, GroupId id, std::size_t index, 
                                           TensorAddresses{tensor.param_ptr(), tensor.grad_ptr()});
     int* flag = device_pointer<int>(g.state.device_ptr() + g.layout.flag_offset);
     auto* blocks_done = device_pointer<unsigned>(g.state.device_ptr() + g.layout.counter_offset);
-    const LaunchConfig config{
-        abi::recommended_grid(t.numel, options.precision, static_cast<int>(multiprocessors),
-                              set.resident_per_multiprocessor),
-        kBlockThreads};
+    const LaunchConfig config =
+        unorm_config(abi::recommended_grid(t.numel, options.precision, static_cast<int>(multiprocessors),
+                                           set.resident_per_multiprocessor),
+                     set);
 
     prepare(stream, g, std::span<const ParamTensor>(&tensor, 1));
     if (placement == StatePlacement::managed) prefetch(stream, g.state.view(t.begin, t.end - t.begin));
@@ -456,10 +463,11 @@ void OptimizerState::step_group(Stream& stream, GroupId id, std::span<const Para
                 device_pointer<const abi::Chunk>(g.tables.device_ptr() + bucket.chunks_offset);
             const int count = static_cast<int>(bucket.tensors.size());
             const int chunk_count = static_cast<int>(bucket.chunks.size());
-            const LaunchConfig config{abi::recommended_multi_grid(bucket.chunks.size(), options.precision,
-                                                                  static_cast<int>(multiprocessors),
-                                                                  set.resident_per_multiprocessor),
-                                      kBlockThreads};
+            const LaunchConfig config =
+                unorm_config(abi::recommended_multi_grid(bucket.chunks.size(), options.precision,
+                                                         static_cast<int>(multiprocessors),
+                                                         set.resident_per_multiprocessor),
+                             set);
             if (plan.params.max_unorm > 0.0f || abi::always_two_passes(options.rule)) {
                 launch(stream, config, set.multi_unorm, descs, chunks, chunk_count, count, plan.params,
                        map(1), map(2), flag, blocks_done);
@@ -492,10 +500,10 @@ void OptimizerState::launch_capturable_step(Stream& stream, Group& g) {
         const auto* chunks = device_pointer<const abi::Chunk>(g.tables.device_ptr() + bucket.chunks_offset);
         const int count = static_cast<int>(bucket.tensors.size());
         const int chunk_count = static_cast<int>(bucket.chunks.size());
-        const LaunchConfig config{
+        const LaunchConfig config = unorm_config(
             abi::recommended_multi_grid(bucket.chunks.size(), options.precision,
                                         static_cast<int>(multiprocessors), set.resident_per_multiprocessor),
-            kBlockThreads};
+            set);
         if (norm_pass) {
             launch(stream, config, set.capturable_unorm, descs, chunks, chunk_count, count, step, 0, map(1),
                    map(2), flag, blocks_done);

@@ -43,6 +43,8 @@ struct KernelSet {
     int resident_per_multiprocessor = 1;  // blocks of these kernels that fit on one multiprocessor
     unsigned update_shared_bytes = 0;  // dynamic shared memory of the update pass (abi::dynamic_shared_bytes)
     unsigned update_block_threads = abi::kBlockThreads;  // its block size (abi::update_block_threads)
+    // The passes' ordering after the kernel ahead of them (abi::pass_serialization).
+    StreamSerialization serialization = StreamSerialization::full;
 };
 
 // Page-locked staging for table uploads. Note: a buffer is reused only when its last copy has completed

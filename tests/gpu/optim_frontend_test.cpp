@@ -305,6 +305,23 @@ struct DeviceTensor {
         }
     }
 
+    // The gradient's device address and size in bytes, for a kernel that writes it unseen by hazard
+    // tracking, as another framework's would.
+    [[nodiscard]] DevicePtr grad_address() const {
+        switch (type) {
+            case ElementType::fp16:
+                return f16_grad.device_ptr();
+            case ElementType::bf16:
+                return bf16_grad.device_ptr();
+            case ElementType::fp32:
+                break;
+        }
+        return f32_grad.device_ptr();
+    }
+    [[nodiscard]] std::size_t grad_bytes() const {
+        return (offset + numel) * (type == ElementType::fp32 ? 4u : 2u);
+    }
+
     template <typename T>
     static std::vector<T> to(const std::vector<std::uint32_t>& w) {
         std::vector<T> out(w.size());
@@ -808,6 +825,81 @@ TEST_CASE("optim.step_reads_the_gradient_written_behind_pending_work") {
                     WARN_FALSE(producer.query());
                     const Outcome gated = s.read(stream);
                     check_identical(ungated, gated);
+                    CHECK_FALSE(s.optimizer.nonfinite_seen(stream));
+                }
+            }
+        }
+    }
+}
+
+// Lets the launch after it start at once (griddepcontrol, sm_90 and newer), spins for `cycles`, then
+// copies three byte ranges: a backward pass that writes the gradients while the step behind it has long
+// started (Note [Early launch], kernels/optim_device.cuh).
+constexpr const char* kLateGradientSource = R"(
+extern "C" __global__ void write_gradients_late(unsigned long long to0, unsigned long long from0,
+                                                unsigned long long bytes0, unsigned long long to1,
+                                                unsigned long long from1, unsigned long long bytes1,
+                                                unsigned long long to2, unsigned long long from2,
+                                                unsigned long long bytes2, long long cycles) {
+    asm volatile("griddepcontrol.launch_dependents;");
+    const long long start = clock64();
+    while (clock64() - start < cycles) {
+    }
+    const unsigned long long to[3] = {to0, to1, to2};
+    const unsigned long long from[3] = {from0, from1, from2};
+    const unsigned long long bytes[3] = {bytes0, bytes1, bytes2};
+    const unsigned long long first = blockIdx.x * blockDim.x + threadIdx.x;
+    for (int k = 0; k < 3; ++k) {
+        for (unsigned long long i = first; i < bytes[k]; i += gridDim.x * blockDim.x)
+            reinterpret_cast<unsigned char*>(to[k])[i] = reinterpret_cast<const unsigned char*>(from[k])[i];
+    }
+}
+)";
+
+TEST_CASE("optim.a_step_that_starts_early_waits_for_the_kernel_ahead") {
+    auto device = Device::open(0);
+    if (device.compute_capability() < ComputeCapability{9, 0}) {
+        test::skip_test("steps start early only on compute capability 9.0 and newer; this device is " +
+                        device.arch());
+        return;
+    }
+    const Module module = Module::compile(device, Program(kLateGradientSource, "late_gradients.cu"));
+    using Address = unsigned long long;
+    const auto write_late = module.kernel<void(Address, Address, Address, Address, Address, Address, Address,
+                                               Address, Address, long long)>("write_gradients_late");
+    test::SpinKernel spin(device);  // (for its clock rate)
+    for (const UpdateRule rule : {UpdateRule::adamw, UpdateRule::ademamix, UpdateRule::lamb}) {
+        for (const StatePrecision precision : kPrecisions) {
+            if (!optim::supports(rule, precision)) continue;
+            for (const ElementType type : kTypes) {
+                // (LAMB's first pass reads the gradient too.)
+                const Problem p =
+                    make_problem(rule, precision, {type, type, type}, precision == StatePrecision::fp32);
+                const std::string description = p.describe();
+                CAPTURE(description);
+                CAPTURE(optim::to_string(type));
+                const Outcome ungated = run(device, p, Variant::multi_tensor);
+                // Reading the poison instead of the late gradient would skip every element (NaN) and set
+                // the non-finite flag.
+                Problem poisoned = p;
+                for (auto& grad : poisoned.grads) std::fill(grad.begin(), grad.end(), poison_word(type));
+                for (const Variant variant : {Variant::multi_tensor, Variant::per_tensor}) {
+                    CAPTURE(to_string(variant));
+                    Stream stream = device.create_stream();
+                    Setup s(stream, poisoned);
+                    const std::vector<DeviceTensor> fresh = Setup::upload(stream, p);
+                    device.synchronize();
+                    launch(stream, LaunchConfig{64, 256}, write_late, s.device[0].grad_address(),
+                           fresh[0].grad_address(), s.device[0].grad_bytes(), s.device[1].grad_address(),
+                           fresh[1].grad_address(), s.device[1].grad_bytes(), s.device[2].grad_address(),
+                           fresh[2].grad_address(), s.device[2].grad_bytes(), spin.cycles_for_ms(0.2));
+                    if (variant == Variant::multi_tensor) {
+                        s.optimizer.step(stream, s.group, s.tensors);
+                    } else {
+                        for (std::size_t i = 0; i < s.tensors.size(); ++i)
+                            s.optimizer.step(stream, s.group, i, s.tensors[i]);
+                    }
+                    check_identical(ungated, s.read(stream));
                     CHECK_FALSE(s.optimizer.nonfinite_seen(stream));
                 }
             }
