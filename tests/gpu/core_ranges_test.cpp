@@ -39,11 +39,6 @@ extern "C" __global__ void timed_fill(float* out, unsigned long long n, float va
 )";
 using TimedFill = Kernel<void(float*, unsigned long long, float, long long, unsigned long long*)>;
 
-// compute-sanitizer runs kernels one at a time: concurrency cannot be observed under it.
-bool kernels_serialized_by_a_tool() {
-    return std::getenv("CUDA_INJECTION64_PATH") != nullptr;
-}
-
 }  // namespace
 
 TEST_CASE("core.disjoint_subviews_on_k_streams_overlap") {

@@ -4,6 +4,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -35,6 +36,12 @@ inline std::vector<std::uint32_t> random_words(std::size_t n) {
 inline constexpr std::uint32_t kPoison = 0x7fa5a5a5u;
 inline float poison_float() {
     return std::bit_cast<float>(kPoison);
+}
+
+// compute-sanitizer runs kernels one at a time: concurrency, and a launch that starts before the kernel
+// ahead has ended, cannot be observed under it.
+inline bool kernels_serialized_by_a_tool() {
+    return std::getenv("CUDA_INJECTION64_PATH") != nullptr;
 }
 
 // Marks the running test case as skipped for `why` (it must return right after): for tests that need what

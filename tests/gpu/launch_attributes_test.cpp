@@ -225,7 +225,11 @@ TEST_CASE("launch.programmatic_serialization_starts_early_and_the_wait_sees_the_
         REQUIRE(t[1] != 0);
         // Device timestamps: the programmatic launch started while the kernel ahead still spun (about
         // 200 us); the fully ordered one only after it had ended.
-        if (programmatic) {
+        if (programmatic && kernels_serialized_by_a_tool()) {
+            MESSAGE(
+                "kernels are serialized by an injected tool (compute-sanitizer): the early start not "
+                "checked");
+        } else if (programmatic) {
             CHECK(t[1] < t[0]);
         } else {
             CHECK(t[1] >= t[0]);
