@@ -4,7 +4,6 @@
 
 #include <bit>
 #include <cstdint>
-#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -39,10 +38,9 @@ inline float poison_float() {
 }
 
 // compute-sanitizer runs kernels one at a time: concurrency, and a launch that starts before the kernel
-// ahead has ended, cannot be observed under it.
-inline bool kernels_serialized_by_a_tool() {
-    return std::getenv("CUDA_INJECTION64_PATH") != nullptr;
-}
+// ahead has ended, cannot be observed under it. Such a tool is injected through CUDA_INJECTION64_PATH or
+// preloaded; either way its library is mapped into the process.
+bool kernels_serialized_by_a_tool();
 
 // Marks the running test case as skipped for `why` (it must return right after): for tests that need what
 // the machine lacks, such as a second GPU or NCCL. A run whose every case skipped exits 77 (ctest: skipped).
