@@ -15,11 +15,12 @@ string(REPLACE "\n" ";" lines "${out}")
 # The detail:: names that header templates and inline functions reach (include/cudarc/detail/*.hpp and the
 # detail helpers declared in public headers).
 set(allowed_detail
-    "HazardState::" "Buffer::" "PinnedAllocation::" "captures_underway" "begin_capture" "end_capture"
-    "abandon_capture" "check_dlpack" "import_dlpack" "export_dlpack" "borrow_memory" "prepare_access"
-    "finish_access" "copy_host_to_device" "copy_device_to_host" "copy_device_to_device" "memset_bytes"
-    "prefetch_to_device" "launch_packed" "validate_launch_config" "throw_out_of_range" "throw_size_mismatch"
-    "throw_size_overflow")
+    "PinnedAllocation::" "begin_capture" "end_capture" "abandon_capture" "check_dlpack" "import_dlpack"
+    "export_dlpack" "borrow_memory" "owner_wrote" "sync_owner" "allocate_buffer" "allocate_managed_buffer"
+    "destroy_buffer" "buffer_address" "buffer_device_ordinal" "buffer_generation" "check_view" "record_stream"
+    "prepare_indirect_access" "copy_host_to_device" "copy_device_to_host" "copy_device_to_device"
+    "memset_bytes" "prefetch_to_device" "launch_packed" "validate_launch_config" "throw_out_of_range"
+    "throw_size_mismatch" "throw_size_overflow")
 set(count 0)
 set(bad "")
 foreach(line IN LISTS lines)

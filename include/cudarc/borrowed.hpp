@@ -20,9 +20,12 @@ namespace detail {
 // (cuPointerGetAttributes, cuMemGetAddressRange), and that `owner` is a stream of `device`; throws a clear
 // error naming the failed check, else returns a borrowed Buffer. `hook` (may be empty) runs once cudarc's
 // uses have completed; on a throw it has not run and is the caller's to run.
-[[nodiscard]] CUDARC_API Buffer borrow_memory(const Device& device, DevicePtr ptr, std::size_t count,
-                                              std::size_t element_size, const Stream* owner,
-                                              ReleaseHook hook);
+[[nodiscard]] CUDARC_API BufferHandle borrow_memory(const Device& device, DevicePtr ptr, std::size_t count,
+                                                    std::size_t element_size, const Stream* owner,
+                                                    ReleaseHook hook);
+// BorrowedSlice::owner_wrote and sync_owner.
+CUDARC_API void owner_wrote(Buffer* buffer);
+CUDARC_API void sync_owner(Buffer* buffer);
 }  // namespace detail
 
 // A typed, non-owning slice over device memory that another library owns. `T` may be const: then it can
@@ -39,9 +42,11 @@ namespace detail {
 //   far, and destroying the slice makes the owner's stream wait for cudarc's last uses (events, never a
 //   host block). The owner's Stream must outlive the slice (if it is gone first, the destructor waits on
 //   the host instead, counted).
+// - A borrow may last across steps (a framework's parameters and gradients): call sync_owner() before the
+//   owner uses the memory again, and owner_wrote() once it has, instead of borrowing anew each step.
 // - Destroying it frees nothing.
 //
-// Move-only, like DeviceSlice; views must not outlive it.
+// Move-only, like DeviceSlice; moving it keeps its views valid, but views must not outlive it.
 template <typename T>
 class BorrowedSlice {
     static_assert(DeviceCopyable<std::remove_const_t<T>>, "BorrowedSlice<T> needs a trivially copyable T");
@@ -52,24 +57,40 @@ class BorrowedSlice {
 
     BorrowedSlice() = default;
     BorrowedSlice(const Device& device, DevicePtr ptr, std::size_t count)
-        : buffer_(detail::borrow_memory(device, ptr, count, sizeof(T), nullptr, {})), size_(count) {}
+        : BorrowedSlice(detail::borrow_memory(device, ptr, count, sizeof(T), nullptr, {}), count) {}
     BorrowedSlice(const Device& device, DevicePtr ptr, std::size_t count, const Stream& owner)
-        : buffer_(detail::borrow_memory(device, ptr, count, sizeof(T), &owner, {})), size_(count) {}
+        : BorrowedSlice(detail::borrow_memory(device, ptr, count, sizeof(T), &owner, {}), count) {}
     // The same from a typed device pointer (e.g. a framework's data pointer).
     BorrowedSlice(const Device& device, T* ptr, std::size_t count)
         : BorrowedSlice(device, address_of(ptr), count) {}
     BorrowedSlice(const Device& device, T* ptr, std::size_t count, const Stream& owner)
         : BorrowedSlice(device, address_of(ptr), count, owner) {}
+    BorrowedSlice(BorrowedSlice&& other) noexcept
+        : buffer_(std::move(other.buffer_)),
+          ptr_(std::exchange(other.ptr_, 0)),
+          size_(std::exchange(other.size_, 0)) {}
+    BorrowedSlice& operator=(BorrowedSlice&& other) noexcept {
+        if (this != &other) {
+            buffer_ = std::move(other.buffer_);
+            ptr_ = std::exchange(other.ptr_, 0);
+            size_ = std::exchange(other.size_, 0);
+        }
+        return *this;
+    }
 
     [[nodiscard]] std::size_t size() const noexcept { return size_; }
     [[nodiscard]] std::size_t bytes() const noexcept { return size_ * sizeof(T); }
     [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
-    [[nodiscard]] DevicePtr device_ptr() const noexcept { return buffer_.ptr(); }
-    [[nodiscard]] int device_ordinal() const noexcept { return buffer_.device_ordinal(); }
+    [[nodiscard]] DevicePtr device_ptr() const noexcept { return ptr_; }
+    [[nodiscard]] int device_ordinal() const noexcept { return detail::buffer_device_ordinal(buffer_.get()); }
 
-    [[nodiscard]] DeviceView<T> view() noexcept { return DeviceView<T>(buffer_, buffer_.ptr(), size_); }
+    [[nodiscard]] DeviceView<T> view() noexcept {
+        return detail::Internals::make_view<T>(buffer_.get(), ptr_, size_,
+                                               detail::view_generation(buffer_.get()));
+    }
     [[nodiscard]] DeviceView<const value_type> view() const noexcept {
-        return DeviceView<const value_type>(const_cast<detail::Buffer&>(buffer_), buffer_.ptr(), size_);
+        return detail::Internals::make_view<const value_type>(buffer_.get(), ptr_, size_,
+                                                              detail::view_generation(buffer_.get()));
     }
     [[nodiscard]] DeviceView<T> view(std::size_t offset, std::size_t count) {
         return view().subview(offset, count);
@@ -79,30 +100,39 @@ class BorrowedSlice {
     }
 
     // Declares that `stream` uses this memory through its raw pointer (see DeviceSlice::record_stream).
-    void record_stream(Stream& stream) {
-        buffer_.check_same_device(stream);
-        buffer_.hazards().record_use(detail::Internals::stream_state(stream));
-    }
+    void record_stream(Stream& stream) { detail::record_stream(stream, buffer_.get()); }
+
+    // A borrow that lasts: the owner's stream used the memory again (wrote or read it) outside cudarc, so
+    // cudarc's next use on another stream waits for the owner's work so far, as after the borrow began.
+    // Bookkeeping only: no driver call, no allocation. cudarc's earlier uses are forgotten: call
+    // sync_owner() before the owner touches the memory. Throws for a slice without an owner stream.
+    void owner_wrote() { detail::owner_wrote(buffer_.get()); }
+    // A borrow that lasts: makes the owner's stream wait for cudarc's uses so far, as destroying the slice
+    // does, without ending the borrow (events, never a host block; the owner's stream waits at most once
+    // per stream that used the memory, however many slices it syncs). Throws for a slice without an owner
+    // stream.
+    void sync_owner() { detail::sync_owner(buffer_.get()); }
 
   private:
     friend struct detail::Internals;  // Note [Internal access]
-    BorrowedSlice(detail::Buffer buffer, std::size_t count) noexcept
-        : buffer_(std::move(buffer)), size_(count) {}
+    BorrowedSlice(detail::BufferHandle buffer, std::size_t count) noexcept
+        : buffer_(std::move(buffer)), ptr_(detail::buffer_address(buffer_.get())), size_(count) {}
 
     static DevicePtr address_of(T* ptr) noexcept {
         return static_cast<DevicePtr>(reinterpret_cast<std::uintptr_t>(ptr));
     }
 
-    detail::Buffer buffer_;
+    detail::BufferHandle buffer_;
+    DevicePtr ptr_ = 0;
     std::size_t size_ = 0;
 };
 
 template <typename T>
-detail::Buffer& detail::Internals::buffer(BorrowedSlice<T>& slice) noexcept {
-    return slice.buffer_;
+detail::Buffer* detail::Internals::buffer(BorrowedSlice<T>& slice) noexcept {
+    return slice.buffer_.get();
 }
 template <typename T>
-BorrowedSlice<T> detail::Internals::make_borrowed(Buffer buffer, std::size_t count) noexcept {
+BorrowedSlice<T> detail::Internals::make_borrowed(BufferHandle buffer, std::size_t count) noexcept {
     return BorrowedSlice<T>(std::move(buffer), count);
 }
 

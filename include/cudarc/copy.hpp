@@ -19,8 +19,8 @@ void copy(Stream& stream, DeviceView<T> dst, DeviceView<const std::remove_const_
     if (dst.size() != src.size())
         detail::throw_size_mismatch("cudarc::copy (device to device)", dst.size(), src.size());
     const std::size_t bytes = detail::checked_bytes("cudarc::copy (device to device)", dst.size(), sizeof(T));
-    detail::copy_device_to_device(stream, dst.buffer(), dst.device_ptr(), src.buffer(), src.device_ptr(),
-                                  bytes);
+    detail::copy_device_to_device(stream, detail::Internals::buffer(dst), dst.device_ptr(),
+                                  detail::Internals::buffer(src), src.device_ptr(), bytes);
 }
 
 // Host to device, asynchronous on `stream`; `src` may be reused as soon as this returns. Inside a graph
@@ -32,7 +32,7 @@ void copy(Stream& stream, DeviceView<T> dst, std::span<const std::type_identity_
     if (dst.size() != src.size())
         detail::throw_size_mismatch("cudarc::copy (host to device)", dst.size(), src.size());
     const std::size_t bytes = detail::checked_bytes("cudarc::copy (host to device)", dst.size(), sizeof(T));
-    detail::copy_host_to_device(stream, dst.buffer(), dst.device_ptr(), src.data(), bytes);
+    detail::copy_host_to_device(stream, detail::Internals::buffer(dst), dst.device_ptr(), src.data(), bytes);
 }
 
 // Device to host. Returns once the data is in `dst` (Note [Pageable copies already block],
@@ -44,14 +44,14 @@ void copy(Stream& stream, std::span<std::remove_const_t<T>> dst, DeviceView<T> s
     if (dst.size() != src.size())
         detail::throw_size_mismatch("cudarc::copy (device to host)", dst.size(), src.size());
     const std::size_t bytes = detail::checked_bytes("cudarc::copy (device to host)", src.size(), sizeof(T));
-    detail::copy_device_to_host(stream, dst.data(), src.buffer(), src.device_ptr(), bytes);
+    detail::copy_device_to_host(stream, dst.data(), detail::Internals::buffer(src), src.device_ptr(), bytes);
 }
 
 // Sets every byte of `dst` to `value`, asynchronously.
 template <typename T>
 void memset(Stream& stream, DeviceView<T> dst, unsigned char value) {
     static_assert(!std::is_const_v<T>, "memset needs a writable view");
-    detail::memset_bytes(stream, dst.buffer(), dst.device_ptr(), value,
+    detail::memset_bytes(stream, detail::Internals::buffer(dst), dst.device_ptr(), value,
                          detail::checked_bytes("cudarc::memset", dst.size(), sizeof(T)));
 }
 
@@ -62,7 +62,7 @@ void memset(Stream& stream, DeviceView<T> dst, unsigned char value) {
 // managed memory of another device than the stream's.
 template <typename T>
 void prefetch(Stream& stream, DeviceView<T> view) {
-    detail::prefetch_to_device(stream, view.buffer(), view.device_ptr(),
+    detail::prefetch_to_device(stream, detail::Internals::buffer(view), view.device_ptr(),
                                detail::checked_bytes("cudarc::prefetch", view.size(), sizeof(T)));
 }
 

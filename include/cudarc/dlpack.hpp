@@ -79,14 +79,14 @@ struct DlpackPlan {
                                                  const DlpackElement& element);
 // check_dlpack, then borrow_memory; the deleter runs exactly once: on rejection before the throw, else once
 // cudarc's uses of the memory have completed (Note [Deferred release]).
-[[nodiscard]] CUDARC_API std::pair<Buffer, std::size_t> import_dlpack(const Device& device,
-                                                                      DlpackSource source,
-                                                                      const DlpackElement& element,
-                                                                      const Stream* stream);
+[[nodiscard]] CUDARC_API std::pair<BufferHandle, std::size_t> import_dlpack(const Device& device,
+                                                                            DlpackSource source,
+                                                                            const DlpackElement& element,
+                                                                            const Stream* stream);
 // Moves `buffer` (owned, of `count` elements of `dtype`) into a managed tensor whose deleter frees it, after
 // making `stream` wait for cudarc's pending work on it. On a throw `buffer` is as it was.
-[[nodiscard]] CUDARC_API void* export_dlpack(Buffer& buffer, std::size_t count, dlpack::DLDataType dtype,
-                                             Stream& stream, bool versioned);
+[[nodiscard]] CUDARC_API void* export_dlpack(BufferHandle& buffer, std::size_t count,
+                                             dlpack::DLDataType dtype, Stream& stream, bool versioned);
 
 // A managed tensor type laid out as DLManagedTensorVersioned / DLManagedTensor (cudarc's, or a
 // framework's own declaration of the same ABI).
@@ -166,7 +166,7 @@ template <typename T>
 [[nodiscard]] dlpack::DLManagedTensorVersioned* to_dlpack(DeviceSlice<T>&& slice, Stream& stream) {
     const std::size_t count = slice.size();
     void* tensor =
-        detail::export_dlpack(detail::Internals::buffer(slice), count, dlpack_dtype<T>, stream, true);
+        detail::export_dlpack(detail::Internals::handle(slice), count, dlpack_dtype<T>, stream, true);
     slice = DeviceSlice<T>();
     return static_cast<dlpack::DLManagedTensorVersioned*>(tensor);
 }
@@ -175,7 +175,7 @@ template <typename T>
 [[nodiscard]] dlpack::DLManagedTensor* to_dlpack_legacy(DeviceSlice<T>&& slice, Stream& stream) {
     const std::size_t count = slice.size();
     void* tensor =
-        detail::export_dlpack(detail::Internals::buffer(slice), count, dlpack_dtype<T>, stream, false);
+        detail::export_dlpack(detail::Internals::handle(slice), count, dlpack_dtype<T>, stream, false);
     slice = DeviceSlice<T>();
     return static_cast<dlpack::DLManagedTensor*>(tensor);
 }

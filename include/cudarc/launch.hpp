@@ -50,13 +50,53 @@ void launch(Stream& stream, const LaunchConfig& config, const Kernel<void(Params
 // a slice argument (a kernel that reads buffer addresses from a table in device memory, say) after
 // conflicting earlier work on other streams, exactly as a launch orders its slice arguments: the access
 // covers exactly the view's bytes; a DeviceView<T> counts as written, a DeviceView<const T> as read. Since
-// the work comes later, no event is recorded after it here: a later waiter on another stream records one
-// then (Note [Eager events]). Throws cudarc::Error for memory of another device, waiting for nothing.
+// the library does not see the work, later users on other streams wait for everything `stream` submits
+// until cudarc next sees the bytes written (an event recorded when they need it). IndirectAccess, for
+// several views at once, is exact and cheaper. Throws cudarc::Error for memory of another device, waiting
+// for nothing.
 template <typename T>
 void prepare_indirect_access(Stream& stream, DeviceView<T> view) {
-    detail::prepare_access(stream, view.buffer(), view.device_ptr(), view.bytes(),
-                           std::is_const_v<T> ? detail::Access::read : detail::Access::write);
+    detail::prepare_indirect_access(stream, detail::Internals::buffer(view), view.device_ptr(), view.bytes(),
+                                    std::is_const_v<T> ? detail::Access::read : detail::Access::write);
 }
+
+// Work that reaches buffers through addresses cudarc does not see (a kernel that reads a table of buffer
+// addresses, say), tracked as one operation, exactly as a launch tracks its slice arguments:
+//
+//   IndirectAccess access(stream);
+//   for (auto& t : tensors) { access.add(t.param_view()); access.add(t.grad_view()); }  // bookkeeping
+//   access.order();   // the waits: at most one per stream that used the views, none it already has
+//   launch(...);      // the work, on `stream`
+//   access.done();    // the uses, at most one event
+//
+// A DeviceView<T> counts as written, a DeviceView<const T> as read, each over exactly its bytes. Destroyed
+// after order() without done() (an exception between them, say), the accesses count as everything the
+// stream submits, as prepare_indirect_access's do. Used by one thread, like its stream.
+class CUDARC_API IndirectAccess {
+  public:
+    explicit IndirectAccess(Stream& stream);
+    IndirectAccess(const IndirectAccess&) = delete;
+    IndirectAccess& operator=(const IndirectAccess&) = delete;
+    ~IndirectAccess();
+
+    // Declares a view the work uses. Throws cudarc::Error for memory the stream may not use, or after
+    // order().
+    template <typename T>
+    void add(DeviceView<T> view) {
+        add_bytes(detail::Internals::buffer(view), view.device_ptr(), view.bytes(),
+                  std::is_const_v<T> ? detail::Access::read : detail::Access::write);
+    }
+    // Enqueues the waits. Throws cudarc::Error when one cannot be enqueued.
+    void order();
+    // The work is enqueued: records the uses. Never throws.
+    void done() noexcept;
+
+  private:
+    void add_bytes(detail::Buffer* buffer, DevicePtr ptr, std::size_t bytes, detail::Access access);
+
+    struct State;
+    State* state_;
+};
 
 // One argument of a dynamic launch: its bytes, and for a slice or view the buffer it reads or writes.
 // Values up to kInlineBytes are copied in (so `KernelArg::value(3)` is safe); larger ones are referenced
@@ -84,22 +124,23 @@ class KernelArg {
 
     // A buffer the kernel writes (a T* parameter).
     template <typename T>
-    [[nodiscard]] static KernelArg writes(DeviceView<T> view) noexcept {
+    [[nodiscard]] static KernelArg writes(DeviceView<T> view) {
         static_assert(!std::is_const_v<T>,
                       "KernelArg::writes needs a writable view (DeviceView<const T> given)");
-        return buffer(view.buffer(), view.device_ptr(), view.bytes(), detail::Access::write);
+        return buffer(detail::Internals::buffer(view), view.device_ptr(), view.bytes(),
+                      detail::Access::write);
     }
     template <typename T>
-    [[nodiscard]] static KernelArg writes(DeviceSlice<T>& slice) noexcept {
+    [[nodiscard]] static KernelArg writes(DeviceSlice<T>& slice) {
         return writes(slice.view());
     }
     // A buffer the kernel only reads (a const T* parameter).
     template <typename T>
-    [[nodiscard]] static KernelArg reads(DeviceView<T> view) noexcept {
-        return buffer(view.buffer(), view.device_ptr(), view.bytes(), detail::Access::read);
+    [[nodiscard]] static KernelArg reads(DeviceView<T> view) {
+        return buffer(detail::Internals::buffer(view), view.device_ptr(), view.bytes(), detail::Access::read);
     }
     template <typename T>
-    [[nodiscard]] static KernelArg reads(const DeviceSlice<T>& slice) noexcept {
+    [[nodiscard]] static KernelArg reads(const DeviceSlice<T>& slice) {
         return reads(slice.view());
     }
     // A raw device address, untracked.
@@ -118,17 +159,19 @@ class KernelArg {
     [[nodiscard]] const void* data() const noexcept { return external_ != nullptr ? external_ : inline_; }
     [[nodiscard]] std::size_t size() const noexcept { return bytes_; }
     // For a slice or view: its buffer, the bytes it covers and how the kernel uses them; null otherwise.
+    [[nodiscard]] bool tracked() const noexcept { return tracked_; }
     [[nodiscard]] detail::Buffer* tracked_buffer() const noexcept { return buffer_; }
-    [[nodiscard]] DevicePtr tracked_ptr() const noexcept { return buffer_ != nullptr ? address() : 0; }
+    [[nodiscard]] DevicePtr tracked_ptr() const noexcept { return tracked_ ? address() : 0; }
     [[nodiscard]] std::size_t tracked_bytes() const noexcept { return tracked_bytes_; }
     [[nodiscard]] detail::Access access() const noexcept { return access_; }
 
   private:
     KernelArg() = default;
-    static KernelArg buffer(detail::Buffer& buffer, DevicePtr address, std::size_t bytes,
+    static KernelArg buffer(detail::Buffer* buffer, DevicePtr address, std::size_t bytes,
                             detail::Access access) noexcept {
         KernelArg arg = pointer(address);
-        arg.buffer_ = &buffer;
+        arg.buffer_ = buffer;
+        arg.tracked_ = true;
         arg.tracked_bytes_ = bytes;
         arg.access_ = access;
         return arg;
@@ -142,7 +185,8 @@ class KernelArg {
     alignas(16) unsigned char inline_[kInlineBytes] = {};
     const void* external_ = nullptr;
     std::size_t bytes_ = 0;
-    detail::Buffer* buffer_ = nullptr;
+    detail::Buffer* buffer_ = nullptr;  // null for a view of an empty slice
+    bool tracked_ = false;
     std::size_t tracked_bytes_ = 0;
     detail::Access access_ = detail::Access::read;
 };

@@ -160,7 +160,8 @@ CollectiveBuffer collective_buffer(A&& a) {
     using T = typename decltype(view)::value_type;
     static_assert(Element<T>, "cudarc::nccl: NCCL cannot move this element type (see nccl::DataTypeOf)");
     if constexpr (Element<T>) {
-        return {&view.buffer(), view.device_ptr(), view.size(), view.bytes(), DataTypeOf<T>::value};
+        return {cudarc::detail::Internals::buffer(view), view.device_ptr(), view.size(), view.bytes(),
+                DataTypeOf<T>::value};
     } else {
         return {};
     }
@@ -324,13 +325,6 @@ class CUDARC_API Communicator {
     // view's bytes, send read, recv written), at once or, inside a group, when the group ends (Note [Hazard
     // tracking inside a group]).
     [[nodiscard]] bool enqueued_at_group_end(bool point_to_point) const noexcept;
-    static void track(bool at_group_end, Stream& stream, const detail::CollectiveBuffer* send,
-                      const detail::CollectiveBuffer* recv);
-    static void track_one(bool at_group_end, Stream& stream, const detail::CollectiveBuffer& buffer,
-                          cudarc::detail::Access access);
-    // Once the operation is enqueued (unless at the group's end): records the events later waiters reuse.
-    static void finish(bool at_group_end, Stream& stream, const detail::CollectiveBuffer* send,
-                       const detail::CollectiveBuffer* recv) noexcept;
     // What every operation does once its arguments are checked (defined in communicator.cpp).
     template <typename Call>
     void enqueue(Stream& stream, const char* call_name, const detail::CollectiveBuffer* send,

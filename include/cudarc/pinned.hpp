@@ -29,9 +29,9 @@ class CUDARC_API PinnedAllocation {
 
     [[nodiscard]] void* data() const noexcept { return data_; }
     // Device to this memory, asynchronous; returns at once.
-    void copy_from_device_async(Stream& stream, void* dst, Buffer& src, DevicePtr src_ptr, std::size_t bytes);
+    void copy_from_device_async(Stream& stream, void* dst, Buffer* src, DevicePtr src_ptr, std::size_t bytes);
     // This memory to the device, asynchronous; the memory must not change until the copy completes.
-    void copy_to_device_async(Stream& stream, Buffer& dst, DevicePtr dst_ptr, const void* src,
+    void copy_to_device_async(Stream& stream, Buffer* dst, DevicePtr dst_ptr, const void* src,
                               std::size_t bytes);
     // Blocks until the last asynchronous copy completes (counted; nothing to do if none is pending).
     void synchronize();
@@ -72,7 +72,7 @@ class PinnedBuffer {
         if (src.size() != size_)
             detail::throw_size_mismatch("PinnedBuffer::copy_from_device_async", size_, src.size());
         allocation_.copy_from_device_async(
-            stream, data(), src.buffer(), src.device_ptr(),
+            stream, data(), detail::Internals::buffer(src), src.device_ptr(),
             detail::checked_bytes("PinnedBuffer::copy_from_device_async", src.size(), sizeof(T)));
     }
     // This buffer to the device, asynchronous. Do not modify the buffer until synchronize() returns.
@@ -80,7 +80,7 @@ class PinnedBuffer {
         if (dst.size() != size_)
             detail::throw_size_mismatch("PinnedBuffer::copy_to_device_async", dst.size(), size_);
         allocation_.copy_to_device_async(
-            stream, dst.buffer(), dst.device_ptr(), data(),
+            stream, detail::Internals::buffer(dst), dst.device_ptr(), data(),
             detail::checked_bytes("PinnedBuffer::copy_to_device_async", dst.size(), sizeof(T)));
     }
     void synchronize() { allocation_.synchronize(); }

@@ -17,8 +17,10 @@ namespace cudarc {
 template <typename T>
 concept DeviceCopyable = std::is_trivially_copyable_v<T> && !std::is_pointer_v<T> && !std::is_reference_v<T>;
 
-// A window into a DeviceSlice: pointer, length and the owning buffer's hazard state. DeviceView<const T>
-// can only be read by launches and copies. A view must not outlive its slice (like std::span).
+// A window into a DeviceSlice (or BorrowedSlice): pointer, length and the owner's buffer. DeviceView<const
+// T> can only be read by launches and copies. A view stays valid when its owner moves (Note [Stable
+// buffers] in cudarc/detail/buffer.hpp), but must not outlive it (like std::span); a library built with
+// CUDARC_DEBUG_VIEWS throws when a view is used after its owner is gone.
 template <typename T>
 class DeviceView {
     static_assert(DeviceCopyable<std::remove_const_t<T>>, "DeviceView<T> needs a trivially copyable T");
@@ -27,13 +29,11 @@ class DeviceView {
     using element_type = T;
     using value_type = std::remove_const_t<T>;
 
-    DeviceView(detail::Buffer& buffer, DevicePtr ptr, std::size_t size) noexcept
-        : buffer_(&buffer), ptr_(ptr), size_(size) {}
     // A view of T converts to a view of const T.
     template <typename U>
     requires(std::is_const_v<T>&& std::is_same_v<const U, T>) DeviceView(const DeviceView<U>& other)
     noexcept  // NOLINT(google-explicit-constructor)
-        : buffer_(&other.buffer()), ptr_(other.device_ptr()), size_(other.size()) {}
+        : buffer_(other.buffer_), ptr_(other.ptr_), size_(other.size_), generation_(other.generation_) {}
 
     [[nodiscard]] std::size_t size() const noexcept { return size_; }
     [[nodiscard]] std::size_t bytes() const noexcept { return size_ * sizeof(T); }
@@ -41,14 +41,13 @@ class DeviceView {
     // The raw address. Using it outside cudarc bypasses hazard tracking: see DeviceSlice::record_stream.
     [[nodiscard]] DevicePtr device_ptr() const noexcept { return ptr_; }
     // The ordinal of the device whose memory this is (-1 for a view of an empty slice).
-    [[nodiscard]] int device_ordinal() const noexcept { return buffer_->device_ordinal(); }
-    [[nodiscard]] detail::Buffer& buffer() const noexcept { return *buffer_; }
+    [[nodiscard]] int device_ordinal() const noexcept { return detail::buffer_device_ordinal(buffer_); }
 
     // Elements [offset, offset + count). Throws cudarc::Error when out of range.
     [[nodiscard]] DeviceView subview(std::size_t offset, std::size_t count) const {
         if (offset > size_ || count > size_ - offset)
             detail::throw_out_of_range("DeviceView", offset, count, size_);
-        return DeviceView(*buffer_, ptr_ + offset * sizeof(T), count);
+        return DeviceView(buffer_, ptr_ + offset * sizeof(T), count, generation_);
     }
     [[nodiscard]] DeviceView subview(std::size_t offset) const {
         if (offset > size_) detail::throw_out_of_range("DeviceView", offset, 0, size_);
@@ -56,13 +55,38 @@ class DeviceView {
     }
 
   private:
+    friend struct detail::Internals;  // Note [Internal access]
+    template <typename U>
+    friend class DeviceView;
+    DeviceView(detail::Buffer* buffer, DevicePtr ptr, std::size_t size, std::uint64_t generation) noexcept
+        : buffer_(buffer), ptr_(ptr), size_(size), generation_(generation) {}
+
     detail::Buffer* buffer_;
     DevicePtr ptr_;
     std::size_t size_;
+    std::uint64_t generation_;  // Note [Stable buffers]
 };
 
-// An owning, typed device allocation on one device. Move-only. Its memory is returned to the allocator
-// on destruction, ordered after every recorded use on every stream (see DESIGN: hazard tracking).
+template <typename T>
+detail::Buffer* detail::Internals::buffer(const DeviceView<T>& view) {
+#if CUDARC_DEBUG_VIEWS
+    detail::check_view(view.buffer_, view.generation_);
+#endif
+    return view.buffer_;
+}
+template <typename T>
+DeviceView<T> detail::Internals::make_view(Buffer* buffer, DevicePtr ptr, std::size_t size,
+                                           std::uint64_t generation) noexcept {
+    return DeviceView<T>(buffer, ptr, size, generation);
+}
+template <typename U, typename T>
+DeviceView<U> detail::Internals::retype(const DeviceView<T>& view, std::size_t count) {
+    return DeviceView<U>(buffer(view), view.ptr_, count, view.generation_);
+}
+
+// An owning, typed device allocation on one device. Move-only; moving it keeps its views valid (Note
+// [Stable buffers]). Its memory is returned to the allocator on destruction, ordered after every recorded
+// use on every stream (see DESIGN: hazard tracking).
 template <typename T>
 class DeviceSlice {
     static_assert(DeviceCopyable<T>, "DeviceSlice<T> needs a trivially copyable, non-pointer T");
@@ -73,10 +97,24 @@ class DeviceSlice {
     using value_type = T;
 
     DeviceSlice() = default;
+    DeviceSlice(DeviceSlice&& other) noexcept
+        : buffer_(std::move(other.buffer_)),
+          ptr_(std::exchange(other.ptr_, 0)),
+          size_(std::exchange(other.size_, 0)) {}
+    DeviceSlice& operator=(DeviceSlice&& other) noexcept {
+        if (this != &other) {
+            buffer_ = std::move(other.buffer_);
+            ptr_ = std::exchange(other.ptr_, 0);
+            size_ = std::exchange(other.size_, 0);
+        }
+        return *this;
+    }
 
     // `count` elements with unspecified contents, allocated on `stream`.
     [[nodiscard]] static DeviceSlice uninitialized(Stream& stream, std::size_t count) {
-        return DeviceSlice(stream, count);
+        return DeviceSlice(detail::allocate_buffer(
+                               stream, detail::checked_bytes("DeviceSlice::uninitialized", count, sizeof(T))),
+                           count);
     }
     // `count` zero-filled elements.
     [[nodiscard]] static DeviceSlice zeros(Stream& stream, std::size_t count) {
@@ -90,9 +128,9 @@ class DeviceSlice {
     // the device ahead of use. Freeing it waits on the host for its last uses, since managed memory has no
     // stream-ordered free. Throws cudarc::Error when the driver has no managed memory.
     [[nodiscard]] static DeviceSlice managed(Stream& stream, std::size_t count) {
-        return DeviceSlice(
-            detail::Buffer::managed(stream, detail::checked_bytes("DeviceSlice::managed", count, sizeof(T))),
-            count);
+        return DeviceSlice(detail::allocate_managed_buffer(
+                               stream, detail::checked_bytes("DeviceSlice::managed", count, sizeof(T))),
+                           count);
     }
     // A copy of `host` (the host memory may be reused as soon as this returns).
     [[nodiscard]] static DeviceSlice from_host(Stream& stream, std::span<const T> host) {
@@ -107,12 +145,16 @@ class DeviceSlice {
     [[nodiscard]] std::size_t size() const noexcept { return size_; }
     [[nodiscard]] std::size_t bytes() const noexcept { return size_ * sizeof(T); }
     [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
-    [[nodiscard]] DevicePtr device_ptr() const noexcept { return buffer_.ptr(); }
-    [[nodiscard]] int device_ordinal() const noexcept { return buffer_.device_ordinal(); }
+    [[nodiscard]] DevicePtr device_ptr() const noexcept { return ptr_; }
+    [[nodiscard]] int device_ordinal() const noexcept { return detail::buffer_device_ordinal(buffer_.get()); }
 
-    [[nodiscard]] DeviceView<T> view() noexcept { return DeviceView<T>(buffer_, buffer_.ptr(), size_); }
+    [[nodiscard]] DeviceView<T> view() noexcept {
+        return detail::Internals::make_view<T>(buffer_.get(), ptr_, size_,
+                                               detail::view_generation(buffer_.get()));
+    }
     [[nodiscard]] DeviceView<const T> view() const noexcept {
-        return DeviceView<const T>(const_cast<detail::Buffer&>(buffer_), buffer_.ptr(), size_);
+        return detail::Internals::make_view<const T>(buffer_.get(), ptr_, size_,
+                                                     detail::view_generation(buffer_.get()));
     }
     [[nodiscard]] DeviceView<T> view(std::size_t offset, std::size_t count) {
         return view().subview(offset, count);
@@ -125,47 +167,43 @@ class DeviceSlice {
     void copy_from_host(Stream& stream, std::span<const T> host) {
         if (host.size() != size_)
             detail::throw_size_mismatch("DeviceSlice::copy_from_host", size_, host.size());
-        detail::copy_host_to_device(stream, buffer_, buffer_.ptr(), host.data(), bytes());
+        detail::copy_host_to_device(stream, buffer_.get(), ptr_, host.data(), bytes());
     }
     // Device to host. Returns once the data is in `host` (no extra synchronize when `host` is pageable).
     void copy_to_host(Stream& stream, std::span<T> host) const {
         if (host.size() != size_)
             detail::throw_size_mismatch("DeviceSlice::copy_to_host", host.size(), size_);
-        detail::copy_device_to_host(stream, host.data(), const_cast<detail::Buffer&>(buffer_), buffer_.ptr(),
-                                    bytes());
+        detail::copy_device_to_host(stream, host.data(), buffer_.get(), ptr_, bytes());
     }
     [[nodiscard]] std::vector<T> to_vector(Stream& stream) const {
         std::vector<T> host(size_);
         copy_to_host(stream, host);
         return host;
     }
-    void fill_zero(Stream& stream) { detail::memset_bytes(stream, buffer_, buffer_.ptr(), 0, bytes()); }
+    void fill_zero(Stream& stream) { detail::memset_bytes(stream, buffer_.get(), ptr_, 0, bytes()); }
 
-    // Declares that `stream` uses this memory through its raw pointer: freeing it will wait for the work
-    // submitted to `stream` so far. Cudarc's own launches and copies record this automatically.
-    void record_stream(Stream& stream) {
-        buffer_.check_same_device(stream);
-        buffer_.hazards().record_use(detail::Internals::stream_state(stream));
-    }
+    // Declares that `stream` uses this memory through its raw pointer: later writers on other streams, and
+    // freeing it, wait for everything submitted to `stream` (until cudarc next sees the memory written).
+    // Cudarc's own launches and copies record their uses automatically.
+    void record_stream(Stream& stream) { detail::record_stream(stream, buffer_.get()); }
 
   private:
     friend struct detail::Internals;  // Note [Internal access]
 
-    // Note: the buffer is built in place (no temporary to move from and destroy): alloc + free of a slice
-    // should cost what the allocator costs.
-    DeviceSlice(Stream& stream, std::size_t count)
-        : buffer_(stream, detail::checked_bytes("DeviceSlice::uninitialized", count, sizeof(T))),
-          size_(count) {}
-    // For managed(), whose buffer comes from another memory source.
-    DeviceSlice(detail::Buffer buffer, std::size_t count) noexcept
-        : buffer_(std::move(buffer)), size_(count) {}
+    DeviceSlice(detail::BufferHandle buffer, std::size_t count) noexcept
+        : buffer_(std::move(buffer)), ptr_(detail::buffer_address(buffer_.get())), size_(count) {}
 
-    detail::Buffer buffer_;
+    detail::BufferHandle buffer_;
+    DevicePtr ptr_ = 0;  // the buffer's address, kept here for the inline accessors
     std::size_t size_ = 0;
 };
 
 template <typename T>
-detail::Buffer& detail::Internals::buffer(DeviceSlice<T>& slice) noexcept {
+detail::Buffer* detail::Internals::buffer(DeviceSlice<T>& slice) noexcept {
+    return slice.buffer_.get();
+}
+template <typename T>
+detail::BufferHandle& detail::Internals::handle(DeviceSlice<T>& slice) noexcept {
     return slice.buffer_;
 }
 
@@ -173,13 +211,13 @@ detail::Buffer& detail::Internals::buffer(DeviceSlice<T>& slice) noexcept {
 // Throws cudarc::Error for a (forged) view whose size in bytes overflows.
 template <typename T>
 [[nodiscard]] DeviceView<const std::byte> as_bytes(DeviceView<T> view) {
-    return DeviceView<const std::byte>(view.buffer(), view.device_ptr(),
-                                       detail::checked_bytes("cudarc::as_bytes", view.size(), sizeof(T)));
+    return detail::Internals::retype<const std::byte>(
+        view, detail::checked_bytes("cudarc::as_bytes", view.size(), sizeof(T)));
 }
 template <typename T>
 requires(!std::is_const_v<T>) [[nodiscard]] DeviceView<std::byte> as_writable_bytes(DeviceView<T> view) {
-    return DeviceView<std::byte>(view.buffer(), view.device_ptr(),
-                                 detail::checked_bytes("cudarc::as_writable_bytes", view.size(), sizeof(T)));
+    return detail::Internals::retype<std::byte>(
+        view, detail::checked_bytes("cudarc::as_writable_bytes", view.size(), sizeof(T)));
 }
 
 }  // namespace cudarc

@@ -19,11 +19,13 @@ namespace cudarc::alloc {
 // integers).
 using StreamKey = std::uintptr_t;
 
-// An event handle from the device's event pool (an opaque pointer; tests fake it).
-using EventHandle = sys::Event;
+// An event the backend hands out and takes back (an opaque pointer: the device's caching source passes
+// references to its shared events, Note [Stream timelines]; tests fake it).
+struct OpaqueEvent;
+using EventHandle = OpaqueEvent*;
 
 // A use of a block on `stream`: `event` was recorded on `stream` after its last use of the block.
-// Handing one to the allocator passes the event's ownership to it (it releases it to the pool).
+// Handing one to the allocator passes a reference to it (the allocator gives it back with release_event).
 // A null `event` asks the allocator to record one on `stream` when the block is freed (not on the
 // block's own stream). An event on the block's own stream gates its reuse like any other: pass one
 // only when the stream's identity may not last (a foreign stream whose handle could be reused).

@@ -1,5 +1,7 @@
 #include "alloc/caching_source.hpp"
 
+#include <new>
+
 #include "core/device_state.hpp"
 
 namespace cudarc::alloc {
@@ -9,6 +11,14 @@ namespace {
 sys::Stream stream_of_key(StreamKey key) noexcept {
     if ((key & 1u) != 0) return reinterpret_cast<const detail::StreamState*>(key & ~StreamKey{1})->handle();
     return reinterpret_cast<sys::Stream>(key);
+}
+
+// The allocator's handle for a reference to a shared event (Note [Stream timelines]), and back.
+EventHandle to_handle(detail::EventRef event) noexcept {
+    return reinterpret_cast<EventHandle>(event.release());
+}
+detail::SharedEvent& shared_of(EventHandle event) noexcept {
+    return *reinterpret_cast<detail::SharedEvent*>(event);
 }
 
 }  // namespace
@@ -52,17 +62,18 @@ void CachingSource::deallocate(const detail::MemoryBlock& block, std::size_t byt
         pending.reserve(uses.size() + 1);
         for (detail::StreamUse& use : uses) {
             if (use.stream.get() == &home) continue;  // same stream: reuse is ordered by the stream itself
-            if (use.event == nullptr) use.event = use.stream->mark();
-            pending.push_back({use.stream->event_key(), std::exchange(use.event, nullptr)});
+            if (!use.event) use.event = use.stream->mark();
+            if (!use.event) continue;  // a retired stream whose work is known complete
+            const StreamKey key = use.event->stream_key();
+            pending.push_back({key, to_handle(std::move(use.event))});
         }
         allocator_.free(allocation, pending);
-        pending.clear();  // ownership of the events passed to the allocator
+        pending.clear();  // the references passed to the allocator
         freed = true;
     } catch (...) {
         defer_current();
     }
-    for (const auto& use : pending) device_.events().release(use.event);
-    for (detail::StreamUse& use : uses) device_.events().release(use.event);
+    for (const auto& use : pending) release_event(use.event);
     if (!freed) free_after_host_wait(allocation);
 }
 
@@ -70,7 +81,7 @@ void CachingSource::retire_stream(detail::StreamState& stream) noexcept {
     // The default stream takes the retired stream's blocks over, after waiting for its final work.
     detail::StreamState& heir = *device_.default_stream_state();
     try {
-        stream.order_before(heir.handle());
+        stream.order_before(heir);
     } catch (const Error& error) {
         device_.defer(error);
         device_.synchronize_noexcept();
@@ -101,8 +112,11 @@ void CachingSource::release_capture(detail::SourceCaptureId capture,
             // Note: mark() first: for a stream taking part in a capture, it decides where the event is
             // recorded, which event_key() then names. Note [Stream identity]: mark() works after the
             // stream's wrapper is gone.
-            sys::Event event = last_stream->mark();
-            after.push_back({last_stream->event_key(), event});
+            detail::EventRef event = last_stream->mark();
+            if (event) {
+                const StreamKey key = event->stream_key();
+                after.push_back({key, to_handle(std::move(event))});
+            }
         }
         allocator_.release_capture(capture, after);
         return;
@@ -110,7 +124,7 @@ void CachingSource::release_capture(detail::SourceCaptureId capture,
         defer_current();
     }
     // No event: the kept memory may be in use by a replay; wait for the device before it is reused.
-    for (const auto& use : after) device_.events().release(use.event);
+    for (const auto& use : after) release_event(use.event);
     device_.synchronize_noexcept();
     try {
         allocator_.release_capture(capture);
@@ -171,12 +185,19 @@ void CachingSource::free_segment(DevicePtr ptr, std::size_t /*bytes*/) {
 
 EventHandle CachingSource::record_event(StreamKey stream) {
     const auto scope = device_.bind();
-    return device_.record_event(stream_of_key(stream));
+    const sys::Event event = device_.record_event(stream_of_key(stream));
+    auto* shared = new (std::nothrow) detail::SharedEvent(device_, event, 0, stream);
+    if (shared == nullptr) {
+        device_.events().release(event);
+        throw std::bad_alloc();
+    }
+    return to_handle(detail::EventRef::adopt(shared));
 }
 
 bool CachingSource::event_completed(EventHandle event) {
     const sys::DriverApi& api = device_.api();
-    const sys::Result result = sys::require(api, api.event_query, sys::Entry::event_query)(event);
+    const sys::Result result =
+        sys::require(api, api.event_query, sys::Entry::event_query)(shared_of(event).handle());
     if (result == sys::kErrorNotReady) return false;
     device_.check(result, sys::Entry::event_query);
     return true;
@@ -185,12 +206,13 @@ bool CachingSource::event_completed(EventHandle event) {
 void CachingSource::synchronize_event(EventHandle event) {
     const sys::DriverApi& api = device_.api();
     detail::AtomicCounters::bump(device_.counters().event_synchronizes);
-    device_.check(sys::require(api, api.event_synchronize, sys::Entry::event_synchronize)(event),
-                  sys::Entry::event_synchronize);
+    device_.check(
+        sys::require(api, api.event_synchronize, sys::Entry::event_synchronize)(shared_of(event).handle()),
+        sys::Entry::event_synchronize);
 }
 
 void CachingSource::release_event(EventHandle event) noexcept {
-    device_.events().release(event);
+    if (event != nullptr) detail::EventRef::adopt(&shared_of(event));  // the reference goes here
 }
 
 bool CachingSource::stream_capturing(StreamKey stream) {

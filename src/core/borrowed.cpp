@@ -3,13 +3,14 @@
 
 #include <fmt/format.h>
 
+#include "core/buffer.hpp"
 #include "core/device_state.hpp"
 #include "cudarc/detail/checked_size.hpp"
 
 namespace cudarc::detail {
 
-Buffer borrow_memory(const Device& device, DevicePtr ptr, std::size_t count, std::size_t element_size,
-                     const Stream* owner, ReleaseHook hook) {
+BufferHandle borrow_memory(const Device& device, DevicePtr ptr, std::size_t count, std::size_t element_size,
+                           const Stream* owner, ReleaseHook hook) {
     const std::shared_ptr<DeviceState>& state = detail::Internals::device_state(device);
     if (owner != nullptr && &detail::Internals::stream_state(*owner).device() != state.get()) {
         throw Error(
@@ -17,7 +18,8 @@ Buffer borrow_memory(const Device& device, DevicePtr ptr, std::size_t count, std
                         owner->device_ordinal(), device.ordinal()));
     }
     const std::size_t bytes = checked_bytes("cudarc::BorrowedSlice", count, element_size);
-    if (bytes == 0) return Buffer(state, ptr, 0, owner, hook);
+    StreamState* owner_state = owner != nullptr ? &detail::Internals::stream_state(*owner) : nullptr;
+    if (bytes == 0) return Buffer::borrow(state, ptr, 0, owner_state, hook);
     if (ptr == 0) throw Error("cudarc::BorrowedSlice: a null device pointer");
 
     const sys::DriverApi& api = state->api();
@@ -72,7 +74,33 @@ Buffer borrow_memory(const Device& device, DevicePtr ptr, std::size_t count, std
                 count, bytes, ptr, left));
         }
     }
-    return Buffer(state, ptr, bytes, owner, hook);
+    return Buffer::borrow(state, ptr, bytes, owner_state, hook);
+}
+
+namespace {
+Buffer& owned_by_someone(Buffer* buffer, const char* what) {
+    Buffer& b = non_empty(buffer, what);
+    if (!b.borrowed() || b.owner() == nullptr) {
+        throw Error(
+            fmt::format("{}: the slice has no owner stream (borrow it with the owner's Stream)", what));
+    }
+    return b;
+}
+}  // namespace
+
+void owner_wrote(Buffer* buffer) {
+    Buffer& b = owned_by_someone(buffer, "cudarc::BorrowedSlice::owner_wrote");
+    b.hazards().reset_to_owner(b.owner()->timeline());
+}
+
+void sync_owner(Buffer* buffer) {
+    Buffer& b = owned_by_someone(buffer, "cudarc::BorrowedSlice::sync_owner");
+    StreamState& owner = *b.owner();
+    if (!owner.alive()) throw Error("cudarc::BorrowedSlice::sync_owner: the owner's stream was retired");
+    Needs needs;
+    b.hazards().collect_all(owner.timeline(), needs);
+    for (std::size_t i = 0; i < needs.size(); ++i)
+        owner.timeline().wait_for(*needs[i].timeline, needs[i].position);
 }
 
 }  // namespace cudarc::detail

@@ -1,405 +1,209 @@
-#include "cudarc/detail/buffer.hpp"
+// detail::Buffer (core/buffer.hpp) and the memory operations on buffers (cudarc/detail/buffer.hpp).
+#include "core/buffer.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <bit>
+#include <cstddef>
+#include <mutex>
+#include <new>
 #include <utility>
 
 #include "core/capture.hpp"
 #include "core/device_state.hpp"
-#include "core/hazard_tracker.hpp"
 #include "core/host_copy.hpp"
+#include "core/operation.hpp"
 #include "core/peer_access.hpp"
 #include "cudarc/stream.hpp"
 
 namespace cudarc::detail {
 
-// ---- Cross-stream ordering --------------------------------------------------------------------------
+// ---- Storage (Note [Stable buffers]) -----------------------------------------------------------------
 
-void wait_for_use(StreamState& waiter, StreamState& user, sys::Event& event) {
-    if (&user == &waiter) return;
-    // Two wrappers of one foreign stream are one queue of work: nothing to wait for.
-    if (user.handle() == waiter.handle() && user.alive() && waiter.alive()) return;
-    if (user.capture() != nullptr || waiter.capture() != nullptr) [[unlikely]] {
-        wait_in_capture(waiter, user, event);  // Note [Capture overlay]
-        return;
-    }
-    if (event == nullptr) event = user.mark();
-    DeviceState& device = waiter.device();
-    const auto scope = device.bind();
-    device.wait_event(waiter.handle(), event);
-}
+namespace {
+#if CUDARC_DEBUG_VIEWS
+// A buffer's slot: never freed, so that a view whose buffer is gone can still read its generation.
+struct Slot {
+    std::atomic<std::uint64_t> generation{1};
+    Slot* next_free = nullptr;
+    alignas(Buffer) unsigned char storage[sizeof(Buffer)];
+};
 
-// ---- HazardTracker ----------------------------------------------------------------------------------
-
-HazardTracker::HazardTracker(std::size_t bytes, StreamState* first_writer)
-    : table_(bytes, first_writer != nullptr ? 0 : -1) {
-    slots_.reserve(4);
-    if (first_writer != nullptr) slots_.push_back(Slot{first_writer->shared_from_this(), nullptr, 0});
-}
-
-HazardTracker::~HazardTracker() {
-    for (Slot& slot : slots_) free_slot(slot);
-}
-
-void HazardTracker::free_slot(Slot& slot) noexcept {
-    if (slot.event != nullptr) slot.stream->device().events().release(slot.event);
-    slot.event = nullptr;
-    slot.stream.reset();
-}
-
-unsigned HazardTracker::slot_for(StreamState& stream) {
-    for (unsigned i = 0; i < slots_.size(); ++i) {
-        if (slots_[i].stream.get() == &stream) return i;
-    }
-    for (unsigned i = 0; i < slots_.size(); ++i) {
-        if (!slots_[i].stream) {
-            slots_[i] = Slot{stream.shared_from_this(), nullptr, tick_};
-            return i;
-        }
-    }
-    if (slots_.size() < RangeTable::kMaxSlots) {
-        slots_.push_back(Slot{stream.shared_from_this(), nullptr, tick_});
-        return static_cast<unsigned>(slots_.size() - 1);
-    }
-    // Every slot taken: first free those the table no longer names (RangeTable's invariant: such a slot is
-    // in no mask), then relabel the least recently used one.
-    const RangeTable::Mask used = table_.used();
-    for (unsigned i = 0; i < slots_.size(); ++i) {
-        if ((used & RangeTable::bit(i)) == 0) free_slot(slots_[i]);
-    }
-    std::shared_ptr<StreamState> keep = stream.shared_from_this();
-    unsigned victim = 0;
-    for (unsigned i = 0; i < slots_.size(); ++i) {
-        if (!slots_[i].stream) {
-            slots_[i] = Slot{std::move(keep), nullptr, tick_};
-            return i;
-        }
-        if (slots_[i].last_use < slots_[victim].last_use) victim = i;
-    }
-    Slot& old = slots_[victim];
-    wait_for_use(stream, *old.stream, old.event);  // may throw: nothing has changed
-    free_slot(old);
-    old = Slot{std::move(keep), nullptr, tick_};
-    return victim;
-}
-
-void HazardTracker::wait_for(StreamState& waiter, RangeTable::Mask slots) {
-    for (unsigned i = 0; slots != 0; ++i, slots >>= 1) {
-        if ((slots & 1u) != 0) wait_for_use(waiter, *slots_[i].stream, slots_[i].event);
-    }
-}
-
-void HazardTracker::note_use(unsigned slot) noexcept {
-    Slot& s = slots_[slot];
-    if (s.event != nullptr) {
-        s.stream->device().events().release(s.event);
-        s.event = nullptr;
-    }
-    s.last_use = ++tick_;
-}
-
-void HazardTracker::record_after_use(StreamState& stream) noexcept {
-    for (Slot& slot : slots_) {
-        if (slot.stream.get() != &stream) continue;
-        if (slot.event != nullptr || !stream.alive()) return;  // recorded after the latest use already
-        DeviceState& device = stream.device();
-        try {
-            sys::Event event = device.events().acquire();
-            try {
-                device.record_into(event, stream.handle());
-            } catch (...) {
-                device.events().release(event);
-                throw;
+class SlotRegistry {
+  public:
+    void* take() {
+        std::lock_guard lock(mutex_);
+        if (free_ == nullptr) {
+            constexpr std::size_t kChunk = 256;
+            auto* chunk = new Slot[kChunk];  // never deleted: views may read a slot's generation forever
+            for (std::size_t i = 0; i < kChunk; ++i) {
+                chunk[i].next_free = free_;
+                free_ = &chunk[i];
             }
-            slot.event = event;
-        } catch (const Error& error) {
-            // No event: a waiter records one lazily (more ordering, never less). The failure is kept for
-            // Device::rethrow_deferred_error (a sticky one loses the device).
-            device.defer(error);
-        } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory while describing the failure
         }
-        return;
+        Slot* slot = free_;
+        free_ = slot->next_free;
+        return slot->storage;
     }
-}
-
-void HazardTracker::rerecord_events(sys::Stream stream) noexcept {
-    for (Slot& slot : slots_) {
-        if (slot.event == nullptr) continue;
-        DeviceState& device = slot.stream->device();
-        if (device.api().event_record(slot.event, stream) != sys::kSuccess) {
-            device.defer(device.api().event_destroy(slot.event), sys::Entry::event_destroy);
-            slot.event = nullptr;
-        }
+    void give_back(void* storage) noexcept {
+        Slot* slot = of(storage);
+        slot->generation.fetch_add(1, std::memory_order_release);  // its views are dangling from now on
+        std::lock_guard lock(mutex_);
+        slot->next_free = free_;
+        free_ = slot;
     }
-}
-
-std::vector<StreamUse> HazardTracker::take_uses() {
-    const RangeTable::Mask used = table_.used();
-    std::vector<StreamUse> uses;
-    uses.reserve(static_cast<std::size_t>(std::popcount(used)));
-    for (unsigned i = 0; i < slots_.size(); ++i) {
-        if ((used & RangeTable::bit(i)) != 0) {
-            uses.push_back(StreamUse{std::move(slots_[i].stream), std::exchange(slots_[i].event, nullptr)});
-        }
+    static Slot* of(const void* storage) noexcept {
+        return reinterpret_cast<Slot*>(
+            const_cast<unsigned char*>(static_cast<const unsigned char*>(storage)) - offsetof(Slot, storage));
     }
-    for (Slot& slot : slots_) free_slot(slot);
-    return uses;
+
+  private:
+    std::mutex mutex_;
+    Slot* free_ = nullptr;
+};
+
+SlotRegistry& slots() {
+    static auto* registry = new SlotRegistry;  // never destroyed: buffers may outlive static destructors
+    return *registry;
+}
+#endif
+}  // namespace
+
+void* Buffer::storage() {
+#if CUDARC_DEBUG_VIEWS
+    return slots().take();
+#else
+    return ::operator new (sizeof(Buffer), std::align_val_t{alignof(Buffer)});
+#endif
 }
 
-// ---- HazardState ------------------------------------------------------------------------------------
-
-std::atomic<unsigned> captures_underway{0};
-
-HazardState::HazardState() noexcept = default;
-
-HazardState::HazardState(std::size_t bytes, StreamState* first_writer) noexcept
-    : exclusive_(first_writer), bytes_(bytes) {}
-
-HazardState::HazardState(HazardState&& other) noexcept
-    : exclusive_(std::exchange(other.exclusive_, nullptr)),
-      bytes_(std::exchange(other.bytes_, 0)),
-      tracker_(std::move(other.tracker_)),
-      address_(std::exchange(other.address_, 0)),
-      link_(std::move(other.link_)) {
-    if (link_) link_->state = this;
+void Buffer::free_storage(void* p) noexcept {
+#if CUDARC_DEBUG_VIEWS
+    slots().give_back(p);
+#else
+    ::operator delete (p, std::align_val_t{alignof(Buffer)});
+#endif
 }
 
-HazardState& HazardState::operator=(HazardState&& other) noexcept {
-    if (this != &other) {
-        detach_link();
-        exclusive_ = std::exchange(other.exclusive_, nullptr);
-        bytes_ = std::exchange(other.bytes_, 0);
-        tracker_ = std::move(other.tracker_);
-        address_ = std::exchange(other.address_, 0);
-        link_ = std::move(other.link_);
-        if (link_) link_->state = this;
-    }
-    return *this;
-}
-
-HazardState::~HazardState() {
-    detach_link();
-}
-
-const std::shared_ptr<BufferLink>& HazardState::link() {
-    if (!link_) link_ = std::make_shared<BufferLink>(BufferLink{this, address_, bytes_});
-    return link_;
-}
-
-void HazardState::detach_link() noexcept {
-    if (!link_) return;
-    link_->state = nullptr;
-    link_.reset();
-}
-
-HazardTracker& HazardState::ensure_tracker() {
-    if (!tracker_) tracker_ = std::make_unique<HazardTracker>(bytes_, exclusive_);
-    return *tracker_;
-}
-
-void HazardState::before_access_slow(StreamState& stream, std::size_t offset, std::size_t bytes,
-                                     Access access) {
-    // Note [Capture overlay]: an access by a captured stream goes to the capture.
-    if (captures_underway.load(std::memory_order_relaxed) != 0 &&
-        capture_before_access(*this, stream, offset, bytes, access)) {
-        return;
-    }
-    order_access(stream, offset, bytes, access);
-}
-
-void HazardState::order_access(StreamState& stream, std::size_t offset, std::size_t bytes, Access access) {
-    if (exclusive_ == &stream) return;  // Note [Single-stream fast path]
-    if (bytes == 0) return;             // touches nothing
-    HazardTracker& t = ensure_tracker();
-    const unsigned slot = t.slot_for(stream);
-    // A repeated read (the slot already synced over these bytes) would wait for nothing and change no range:
-    // only the use counts. This is every step's read of gradients that another stream also read.
-    if (access == Access::write || !t.table().synced_over(offset, offset + bytes, slot)) {
-        const RangeTable::Mask waits = t.table().conflicts(offset, offset + bytes, slot, access);
-        if (waits != 0) t.wait_for(stream, waits);
-        t.table().apply(offset, offset + bytes, slot, access);
-    }
-    t.note_use(slot);
-    exclusive_ = nullptr;
-    if (const int writer = t.table().sole_writer(); writer >= 0) {
-        // Back to Note [Single-stream fast path]. The sole writer is `stream` (an access by another slot
-        // would have left that slot in the table), whose event note_use() just dropped. Note: the other
-        // slots stay (the table names none of them): a stream that comes back finds its slot without
-        // churn, and its old event is dropped by note_use() at that access, before anything waits on it.
-        exclusive_ = t.stream_of(static_cast<unsigned>(writer));
-    }
-}
-
-bool HazardState::would_wait(std::size_t offset, std::size_t bytes, Access access) const noexcept {
-    if (bytes == 0) return false;
-    if (exclusive_ != nullptr) return true;  // written as a whole: every access follows that write
-    return tracker_ && tracker_->table().conflicts_without_slot(offset, offset + bytes, access) != 0;
-}
-
-void HazardState::after_access_slow(StreamState& stream) noexcept {
-    if (captures_underway.load(std::memory_order_relaxed) != 0 && capture_after_access(*this, stream)) return;
-    order_after_access(stream);
-}
-
-void HazardState::order_after_access(StreamState& stream) noexcept {
-    if (exclusive_ == &stream || !tracker_) return;
-    tracker_->record_after_use(stream);
-}
-
-void HazardState::record_use(StreamState& stream) {
-    if (exclusive_ == &stream && captures_underway.load(std::memory_order_relaxed) == 0) return;
-    if (captures_underway.load(std::memory_order_relaxed) != 0 && capture_record_use(*this, stream)) return;
-    order_use(stream);
-}
-
-void HazardState::order_use(StreamState& stream) {
-    if (exclusive_ == &stream) return;  // its later work is ordered after its earlier work anyway
-    HazardTracker& t = ensure_tracker();
-    const unsigned slot = t.slot_for(stream);
-    t.table().add_reader_everywhere(slot);
-    t.note_use(slot);
-    exclusive_ = nullptr;
-}
-
-std::vector<StreamUse> HazardState::take_uses() {
-    std::vector<StreamUse> uses;
-    if (tracker_) {
-        uses = tracker_->take_uses();
-    } else if (exclusive_ != nullptr) {
-        uses.push_back(StreamUse{exclusive_->shared_from_this(), nullptr});
-    }
-    clear();
-    return uses;
-}
-
-void HazardState::rerecord_events(sys::Stream stream) noexcept {
-    if (tracker_) tracker_->rerecord_events(stream);
-}
-
-void HazardState::clear() noexcept {
-    tracker_.reset();
-    exclusive_ = nullptr;
+std::uint64_t Buffer::generation() const noexcept {
+#if CUDARC_DEBUG_VIEWS
+    return SlotRegistry::of(this)->generation.load(std::memory_order_acquire);
+#else
+    return 0;
+#endif
 }
 
 // ---- Buffer -----------------------------------------------------------------------------------------
 
-Buffer::Buffer(Stream& stream, std::size_t bytes)
-    : Buffer(stream, bytes, detail::Internals::stream_state(stream).device().memory()) {}
-
-Buffer Buffer::managed(Stream& stream, std::size_t bytes) {
-    return Buffer(stream, bytes, detail::Internals::stream_state(stream).device().managed_memory());
-}
-
-Buffer::Buffer(Stream& stream, std::size_t bytes, MemorySource& source)
-    : device_(detail::Internals::stream_state(stream).device().shared_from_this()),
-      source_(&source),
+Buffer::Buffer(std::shared_ptr<DeviceState> device, MemorySource* source, std::size_t bytes,
+               StreamState* home, bool borrowed, ReleaseHook hook) noexcept
+    : device_(std::move(device)),
+      source_(source),
       bytes_(bytes),
-      home_(&detail::Internals::stream_state(stream)),
-      hazards_(bytes, &detail::Internals::stream_state(stream)) {
-    if (home_->ownership() == StreamOwnership::foreign)
-        home_keep_ = detail::Internals::shared_stream_state(stream);
-    device_->releases().poll();  // Note [Deferred release]
-    if (bytes == 0) return;
-    // Note: the memory source binds the context where it calls the driver (a cached block needs no call).
-    const MemoryBlock block = source.allocate(bytes, *home_);
-    ptr_ = block.ptr;
-    allocation_ = block.handle;
-    hazards_.set_address(ptr_);
-    // Note [Capture overlay]: memory allocated on a captured stream belongs to the capture.
-    if (captures_underway.load(std::memory_order_relaxed) != 0) capture_note_allocation(*this, *home_);
-}
-
-Buffer::Buffer(const std::shared_ptr<DeviceState>& device, DevicePtr ptr, std::size_t bytes,
-               const Stream* owner, ReleaseHook hook)
-    : device_(device),
-      ptr_(ptr),
-      bytes_(bytes),
-      home_(owner != nullptr ? &detail::Internals::stream_state(*owner) : nullptr),
-      hazards_(bytes, home_),
+      home_(home),
+      // Note: borrowed memory was written by its owner, unseen (its "work so far" is anything it submitted).
+      hazards_(bytes, home != nullptr ? &home->timeline() : nullptr, device_.get(),
+               borrowed ? HazardState::Writer::anything : HazardState::Writer::tracked),
       on_release_(hook),
-      borrowed_(true) {
-    hazards_.set_address(ptr);
-    if (home_ != nullptr && home_->ownership() == StreamOwnership::foreign)
-        home_keep_ = detail::Internals::shared_stream_state(*owner);
-    device_->releases().poll();
-}
+      borrowed_(borrowed) {}
 
-Buffer::Buffer(Buffer&& other) noexcept
-    : device_(std::move(other.device_)),
-      source_(std::exchange(other.source_, nullptr)),
-      ptr_(std::exchange(other.ptr_, 0)),
-      bytes_(std::exchange(other.bytes_, 0)),
-      allocation_(std::exchange(other.allocation_, nullptr)),
-      home_(std::exchange(other.home_, nullptr)),
-      home_keep_(std::move(other.home_keep_)),
-      hazards_(std::move(other.hazards_)),
-      on_release_(std::exchange(other.on_release_, {})),
-      borrowed_(std::exchange(other.borrowed_, false)) {}
+Buffer::~Buffer() = default;
 
-Buffer& Buffer::operator=(Buffer&& other) noexcept {
-    if (this != &other) {
-        release();
-        device_ = std::move(other.device_);
-        source_ = std::exchange(other.source_, nullptr);
-        ptr_ = std::exchange(other.ptr_, 0);
-        bytes_ = std::exchange(other.bytes_, 0);
-        allocation_ = std::exchange(other.allocation_, nullptr);
-        home_ = std::exchange(other.home_, nullptr);
-        home_keep_ = std::move(other.home_keep_);
-        hazards_ = std::move(other.hazards_);
-        on_release_ = std::exchange(other.on_release_, {});
-        borrowed_ = std::exchange(other.borrowed_, false);
+BufferHandle Buffer::allocate(StreamState& stream, std::size_t bytes, MemorySource& source) {
+    DeviceState& device = stream.device();
+    void* place = storage();
+    BufferHandle handle(new (place) Buffer(device.shared_from_this(), &source, bytes, &stream, false, {}));
+    Buffer& b = *handle.get();
+    if (stream.ownership() == StreamOwnership::foreign) b.home_keep_ = stream.shared_from_this();
+    device.releases().poll();  // Note [Deferred release]
+    if (bytes == 0) return handle;
+    // Note: the memory source binds the context where it calls the driver (a cached block needs no call).
+    const MemoryBlock block = source.allocate(bytes, stream);  // throws: the handle frees nothing
+    b.ptr_ = block.ptr;
+    b.allocation_ = block.handle;
+    b.hazards_.set_address(b.ptr_);
+    // Note [Capture overlay]: memory allocated on a captured stream belongs to the capture.
+    if (captures_underway.load(std::memory_order_relaxed) != 0 && stream.capture() != nullptr) {
+        capture_note_allocation(b, stream);
+        return handle;
     }
-    return *this;
+    // The allocation is a point on its stream: the memory's earlier life there (untracked work included,
+    // which no position counts) lies before it. Another stream's first use waits for an event recorded
+    // after this point, never for an older one that happens to cover the same position (Note [Stream
+    // timelines]).
+    static_cast<void>(stream.timeline().advance());
+    return handle;
 }
 
-Buffer::~Buffer() {
-    release();
+BufferHandle Buffer::borrow(const std::shared_ptr<DeviceState>& device, DevicePtr ptr, std::size_t bytes,
+                            StreamState* owner, ReleaseHook hook) {
+    void* place = storage();
+    BufferHandle handle(new (place) Buffer(device, nullptr, bytes, owner, true, hook));
+    Buffer& b = *handle.get();
+    b.ptr_ = ptr;
+    b.hazards_.set_address(ptr);
+    if (owner != nullptr && owner->ownership() == StreamOwnership::foreign)
+        b.home_keep_ = owner->shared_from_this();
+    device->releases().poll();
+    return handle;
 }
+
+void Buffer::destroy(Buffer* buffer) noexcept {
+    // Note [Capture overlay]: released once the capture under way on this thread has ended.
+    if (captures_underway.load(std::memory_order_relaxed) != 0 && capture_defer_release(buffer)) return;
+    buffer->release();
+    buffer->~Buffer();
+    free_storage(buffer);
+}
+
+namespace {
+// The uses a free or release must order after, as the memory sources take them: the home stream's own use
+// needs no event (it orders the free itself), the others an event covering their use.
+std::vector<StreamUse> stream_uses(std::vector<TimelineUse>& uses, StreamState* home) {
+    std::vector<StreamUse> out;
+    out.reserve(uses.size());
+    for (TimelineUse& use : uses) {
+        EventRef event;
+        if (home == nullptr || use.timeline != &home->timeline())
+            event = use.timeline->event_covering(use.position);
+        out.push_back(StreamUse{use.stream, std::move(event)});
+    }
+    return out;
+}
+}  // namespace
 
 void Buffer::release() noexcept {
-    // Note [Capture overlay]: released once the capture under way on this thread has ended.
-    if (device_ && captures_underway.load(std::memory_order_relaxed) != 0 && capture_defer_release(*this))
-        return;
     hazards_.detach_link();
     if (borrowed_) {
         release_borrowed();
-    } else if (device_ && ptr_ != 0) {
-        std::vector<StreamUse> uses;
-        if (hazards_.exclusive() == home_) {
-            // Note: the common case, handled without building a list (no heap allocation per free): the
-            // home stream orders the free after its own work.
-            hazards_.clear();
-        } else {
-            try {
-                uses = hazards_.take_uses();
-            } catch (...) {
-                // No memory for the list: make every use complete before the memory can be reused.
-                device_->synchronize_noexcept();
-                hazards_.clear();
-            }
-            order_uses_on_own_device(*device_, home_, uses);  // Note [Hazard tracking across devices]
-        }
-        source_->deallocate(MemoryBlock{ptr_, allocation_}, bytes_, *home_, std::move(uses));
-    } else {
-        hazards_.clear();
+        return;
     }
-    ptr_ = 0;
-    allocation_ = nullptr;
-    bytes_ = 0;
-    source_ = nullptr;
-    home_ = nullptr;
-    home_keep_.reset();
-    on_release_ = {};
-    borrowed_ = false;
-    device_.reset();
+    if (ptr_ == 0) return;
+    std::vector<StreamUse> uses;
+    if (hazards_.exclusive() != &home_->timeline()) {
+        // Note: the common case (one stream) skips this, building no list: the home stream orders the free
+        // after its own work.
+        try {
+            std::vector<TimelineUse> taken = hazards_.take_uses();
+            order_uses_on_own_device(*device_, home_, taken);  // Note [Hazard tracking across devices]
+            uses = stream_uses(taken, home_);
+        } catch (const Error& error) {
+            // An event could not be recorded, or no memory for the list: make every use complete before the
+            // memory can be reused (Note [Free after a failed record]).
+            device_->defer(error);
+            device_->synchronize_noexcept();
+            uses.clear();
+        } catch (...) {
+            device_->synchronize_noexcept();
+            uses.clear();
+        }
+    }
+    hazards_.clear();
+    source_->deallocate(MemoryBlock{ptr_, allocation_}, bytes_, *home_, std::move(uses));
 }
 
 void Buffer::release_borrowed() noexcept {
-    if (!device_) return;
-    std::vector<StreamUse> uses;
+    std::vector<TimelineUse> uses;
     bool complete = false;  // every use is known to have completed on the device
     try {
         uses = hazards_.take_uses();
@@ -419,7 +223,7 @@ void Buffer::release_borrowed() noexcept {
         try {
             if (!home_->alive())
                 throw Error("cudarc: the owner's stream was retired before the borrowed slice");
-            for (StreamUse& use : uses) wait_for_use(*home_, *use.stream, use.event);
+            for (const TimelineUse& use : uses) home_->timeline().wait_for(*use.timeline, use.position);
         } catch (const Error& error) {
             if (home_->alive()) device_->defer(error);
             device_->synchronize_noexcept();
@@ -429,25 +233,22 @@ void Buffer::release_borrowed() noexcept {
             complete = true;
         }
     }
-    std::vector<sys::Event> events;
-    if (on_release_ && !complete) {
+    if (!on_release_) return;
+    std::vector<EventRef> events;
+    if (!complete) {
         try {
             events.reserve(uses.size());
-            for (StreamUse& use : uses) {
-                if (use.event == nullptr) use.event = use.stream->mark();
-                events.push_back(std::exchange(use.event, nullptr));
-            }
+            for (const TimelineUse& use : uses) events.push_back(use.timeline->event_covering(use.position));
         } catch (const Error& error) {
             device_->defer(error);
             device_->synchronize_noexcept();
+            events.clear();
         } catch (...) {
             device_->synchronize_noexcept();
+            events.clear();
         }
     }
-    for (StreamUse& use : uses) {
-        if (use.event != nullptr) use.stream->device().events().release(use.event);
-    }
-    if (on_release_) device_->releases().add(std::move(events), on_release_);
+    device_->releases().add(std::move(events), on_release_);
 }
 
 bool Buffer::managed() const noexcept {
@@ -455,30 +256,81 @@ bool Buffer::managed() const noexcept {
 }
 
 int Buffer::device_ordinal() const noexcept {
-    return device_ ? device_->ordinal() : -1;
+    return device_->ordinal();
 }
 
-void Buffer::check_same_device(const Stream& stream) const {
-    if (!device_) throw Error("cudarc: use of an empty (default-constructed or moved-from) slice");
+void Buffer::check_stream(const StreamState& stream) const {
     // Note: another device's stream may use this memory once it has peer access to it (Note [Hazard
     // tracking across devices]).
-    if (!detail::Internals::stream_state(stream).device().can_use_memory_of(*device_))
-        throw_other_device_buffer("cudarc", device_->ordinal(), stream.device_ordinal());
+    if (!stream.device().can_use_memory_of(*device_))
+        throw_other_device_buffer("cudarc", device_->ordinal(), stream.device().ordinal());
 }
 
-void prepare_access(const Stream& stream, Buffer& buffer, DevicePtr ptr, std::size_t bytes, Access access) {
-    buffer.check_same_device(stream);
-    buffer.hazards().before_access(detail::Internals::stream_state(stream),
-                                   static_cast<std::size_t>(ptr - buffer.ptr()), bytes, access);
+Buffer& non_empty(Buffer* buffer, const char* what) {
+    if (buffer == nullptr)
+        throw Error(fmt::format("{}: use of an empty (default-constructed or moved-from) slice", what));
+    return *buffer;
 }
 
-void finish_access(const Stream& stream, Buffer& buffer) noexcept {
-    buffer.hazards().after_access(detail::Internals::stream_state(stream));
+// ---- The exported functions -------------------------------------------------------------------------
+
+void destroy_buffer(Buffer* buffer) noexcept {
+    Buffer::destroy(buffer);
 }
 
-void prepare_access(const Stream& stream, Buffer& buffer, Access access) {
-    buffer.check_same_device(stream);
-    buffer.hazards().before_access(detail::Internals::stream_state(stream), 0, buffer.bytes(), access);
+BufferHandle allocate_buffer(Stream& stream, std::size_t bytes) {
+    StreamState& s = Internals::stream_state(stream);
+    return Buffer::allocate(s, bytes, s.device().memory());
+}
+
+BufferHandle allocate_managed_buffer(Stream& stream, std::size_t bytes) {
+    StreamState& s = Internals::stream_state(stream);
+    return Buffer::allocate(s, bytes, s.device().managed_memory());
+}
+
+DevicePtr buffer_address(const Buffer* buffer) noexcept {
+    return buffer != nullptr ? buffer->ptr() : 0;
+}
+
+int buffer_device_ordinal(const Buffer* buffer) noexcept {
+    return buffer != nullptr ? buffer->device_ordinal() : -1;
+}
+
+std::uint64_t buffer_generation(const Buffer* buffer) noexcept {
+    return buffer != nullptr ? buffer->generation() : 0;
+}
+
+void check_view(const Buffer* buffer, std::uint64_t generation) {
+#if CUDARC_DEBUG_VIEWS
+    if (buffer != nullptr && buffer->generation() != generation) {
+        throw Error(
+            "cudarc: a DeviceView (or a ParamTensor) was used after the slice it views was destroyed: a view "
+            "must not outlive its DeviceSlice, BorrowedSlice or PinnedBuffer, like std::span (moving the "
+            "owner keeps its views valid; destroying it does not). Caught by CUDARC_DEBUG_VIEWS");
+    }
+#else
+    static_cast<void>(buffer);
+    static_cast<void>(generation);
+#endif
+}
+
+void record_stream(Stream& stream, Buffer* buffer) {
+    Buffer& b = non_empty(buffer, "cudarc: record_stream");
+    StreamState& s = Internals::stream_state(stream);
+    b.check_stream(s);
+    if (captures_underway.load(std::memory_order_relaxed) != 0 && capture_record_use(b.hazards(), s)) return;
+    b.hazards().record_use(s.timeline());
+}
+
+void prepare_indirect_access(Stream& stream, Buffer* buffer, DevicePtr ptr, std::size_t bytes,
+                             Access access) {
+    Buffer& b = non_empty(buffer, "cudarc::prepare_indirect_access");
+    StreamState& s = Internals::stream_state(stream);
+    b.check_stream(s);
+    Operation op(s, Operation::Work::untracked);
+    op.access(b.hazards(), static_cast<std::size_t>(ptr - b.ptr()), bytes, access);
+    op.order();
+    op.complete_untracked();
 }
 
 namespace {
@@ -492,6 +344,10 @@ bool pageable(const sys::DriverApi& api, const void* ptr) noexcept {
                                       static_cast<DevicePtr>(reinterpret_cast<std::uintptr_t>(ptr))) ==
                sys::kSuccess &&
            memory_type == 0;
+}
+
+std::size_t offset_in(const Buffer& buffer, DevicePtr ptr) noexcept {
+    return static_cast<std::size_t>(ptr - buffer.ptr());
 }
 }  // namespace
 
@@ -507,85 +363,108 @@ void complete_copy_to_host(DeviceState& device, sys::Stream stream, const void* 
     }
 }
 
-void copy_host_to_device(Stream& stream, Buffer& dst, DevicePtr dst_ptr, const void* src, std::size_t bytes) {
+void copy_host_to_device(Stream& stream, Buffer* dst_buffer, DevicePtr dst_ptr, const void* src,
+                         std::size_t bytes) {
     if (bytes == 0) return;
+    Buffer& dst = non_empty(dst_buffer, "cudarc::copy");
+    StreamState& s = Internals::stream_state(stream);
+    dst.check_stream(s);
     // Note [Capture overlay]: a captured copy from pageable memory would read it at every replay, long after
     // the vector or span passed here may be gone.
     if (captures_underway.load(std::memory_order_relaxed) != 0 &&
-        capture_would_take(dst.hazards(), detail::Internals::stream_state(stream),
-                           static_cast<std::size_t>(dst_ptr - dst.ptr()), bytes, Access::write) &&
-        [&] {
-            const auto scope = detail::Internals::stream_state(stream).device().bind();
-            return pageable(detail::Internals::stream_state(stream).device().api(), src);
+        capture_would_take(dst.hazards(), s, offset_in(dst, dst_ptr), bytes, Access::write) && [&] {
+            const auto scope = s.device().bind();
+            return pageable(s.device().api(), src);
         }()) {
         throw Error(
             "cudarc: a copy from pageable host memory inside a graph capture: the graph would read that "
-            "memory "
-            "at every replay, after it may be gone; copy before the capture, or from a PinnedBuffer with "
-            "copy_to_device_async (which a graph may replay; nothing was done, and the capture goes on)");
+            "memory at every replay, after it may be gone; copy before the capture, or from a PinnedBuffer "
+            "with copy_to_device_async (which a graph may replay; nothing was done, and the capture goes "
+            "on)");
     }
-    prepare_access(stream, dst, dst_ptr, bytes, Access::write);
-    DeviceState& device = detail::Internals::stream_state(stream).device();
+    Operation op(s);
+    op.access(dst.hazards(), offset_in(dst, dst_ptr), bytes, Access::write);
+    op.order();
+    DeviceState& device = s.device();
     const auto scope = device.bind();
-    device.check(device.api().memcpy_htod_async(dst_ptr, src, bytes, stream.native()),
+    device.check(device.api().memcpy_htod_async(dst_ptr, src, bytes, s.handle()),
                  sys::Entry::memcpy_htod_async);
-    finish_access(stream, dst);
+    op.complete();
 }
 
-void copy_device_to_host(Stream& stream, void* dst, Buffer& src, DevicePtr src_ptr, std::size_t bytes) {
+void copy_device_to_host(Stream& stream, void* dst, Buffer* src_buffer, DevicePtr src_ptr,
+                         std::size_t bytes) {
     if (bytes == 0) return;
+    Buffer& src = non_empty(src_buffer, "cudarc::copy");
     refuse_in_capture(
         "a blocking copy to host memory",
         "the copy would be recorded, not run (it would return with no data, and the graph would "
         "keep the host pointer); use PinnedBuffer::copy_from_device_async inside a capture");
-    prepare_access(stream, src, src_ptr, bytes, Access::read);
-    DeviceState& device = detail::Internals::stream_state(stream).device();
+    StreamState& s = Internals::stream_state(stream);
+    src.check_stream(s);
+    Operation op(s);
+    op.access(src.hazards(), offset_in(src, src_ptr), bytes, Access::read);
+    op.order();
+    DeviceState& device = s.device();
     const auto scope = device.bind();
-    const sys::DriverApi& api = device.api();
-    device.check(api.memcpy_dtoh_async(dst, src_ptr, bytes, stream.native()), sys::Entry::memcpy_dtoh_async);
-    finish_access(stream, src);
+    device.check(device.api().memcpy_dtoh_async(dst, src_ptr, bytes, s.handle()),
+                 sys::Entry::memcpy_dtoh_async);
+    op.complete();
     // Note [Pageable copies already block]
-    complete_copy_to_host(device, stream.native(), dst, src.managed());
+    complete_copy_to_host(device, s.handle(), dst, src.managed());
 }
 
-void copy_device_to_device(Stream& stream, Buffer& dst, DevicePtr dst_ptr, Buffer& src, DevicePtr src_ptr,
-                           std::size_t bytes) {
+void copy_device_to_device(Stream& stream, Buffer* dst_buffer, DevicePtr dst_ptr, Buffer* src_buffer,
+                           DevicePtr src_ptr, std::size_t bytes) {
     if (bytes == 0) return;
-    if (src.device() != dst.device()) {
+    Buffer& dst = non_empty(dst_buffer, "cudarc::copy");
+    Buffer& src = non_empty(src_buffer, "cudarc::copy");
+    if (&src.device() != &dst.device()) {
         copy_across_devices(stream, dst, dst_ptr, src, src_ptr, bytes);
         return;
     }
-    prepare_access(stream, src, src_ptr, bytes, Access::read);
-    prepare_access(stream, dst, dst_ptr, bytes, Access::write);
-    DeviceState& device = detail::Internals::stream_state(stream).device();
+    StreamState& s = Internals::stream_state(stream);
+    src.check_stream(s);
+    Operation op(s);
+    op.access(src.hazards(), offset_in(src, src_ptr), bytes, Access::read);
+    op.access(dst.hazards(), offset_in(dst, dst_ptr), bytes, Access::write);
+    op.order();
+    DeviceState& device = s.device();
     const auto scope = device.bind();
-    device.check(device.api().memcpy_dtod_async(dst_ptr, src_ptr, bytes, stream.native()),
+    device.check(device.api().memcpy_dtod_async(dst_ptr, src_ptr, bytes, s.handle()),
                  sys::Entry::memcpy_dtod_async);
-    finish_access(stream, src);
-    finish_access(stream, dst);
+    op.complete();
 }
 
-void memset_bytes(Stream& stream, Buffer& dst, DevicePtr dst_ptr, unsigned char value, std::size_t bytes) {
+void memset_bytes(Stream& stream, Buffer* dst_buffer, DevicePtr dst_ptr, unsigned char value,
+                  std::size_t bytes) {
     if (bytes == 0) return;
-    prepare_access(stream, dst, dst_ptr, bytes, Access::write);
-    DeviceState& device = detail::Internals::stream_state(stream).device();
+    Buffer& dst = non_empty(dst_buffer, "cudarc::memset");
+    StreamState& s = Internals::stream_state(stream);
+    dst.check_stream(s);
+    Operation op(s);
+    op.access(dst.hazards(), offset_in(dst, dst_ptr), bytes, Access::write);
+    op.order();
+    DeviceState& device = s.device();
     const auto scope = device.bind();
     if (dst_ptr % 4 == 0 && bytes % 4 == 0) {
         // Note: 32-bit stores fill large buffers faster than byte stores.
         const unsigned word = value * 0x01010101u;
-        device.check(device.api().memset_d32_async(dst_ptr, word, bytes / 4, stream.native()),
+        device.check(device.api().memset_d32_async(dst_ptr, word, bytes / 4, s.handle()),
                      sys::Entry::memset_d32_async);
     } else {
-        device.check(device.api().memset_d8_async(dst_ptr, value, bytes, stream.native()),
+        device.check(device.api().memset_d8_async(dst_ptr, value, bytes, s.handle()),
                      sys::Entry::memset_d8_async);
     }
-    finish_access(stream, dst);
+    op.complete();
 }
 
-void prefetch_to_device(Stream& stream, Buffer& buffer, DevicePtr ptr, std::size_t bytes) {
+void prefetch_to_device(Stream& stream, Buffer* buffer_ptr, DevicePtr ptr, std::size_t bytes) {
+    Buffer& buffer = non_empty(buffer_ptr, "cudarc::prefetch");
     if (bytes == 0 || !buffer.managed()) return;
-    // Note: stricter than check_same_device: the pages move to the memory's device, on the stream's.
-    if (&detail::Internals::stream_state(stream).device() != buffer.device().get()) {
+    StreamState& s = Internals::stream_state(stream);
+    // Note: stricter than check_stream: the pages move to the memory's device, on the stream's.
+    if (&s.device() != &buffer.device()) {
         throw Error(fmt::format("cudarc::prefetch: managed memory of device {} with a stream of device {}",
                                 buffer.device_ordinal(), stream.device_ordinal()));
     }
@@ -593,9 +472,11 @@ void prefetch_to_device(Stream& stream, Buffer& buffer, DevicePtr ptr, std::size
     if (stream.is_capturing()) return;
     // Ordered like a read of exactly these bytes: after the last overlapping write on another stream
     // (pages moved under it would only move back); later writers of them, and the free, wait for it.
-    prepare_access(stream, buffer, ptr, bytes, Access::read);
-    buffer.source_->prefetch(detail::Internals::stream_state(stream), ptr, bytes);
-    finish_access(stream, buffer);
+    Operation op(s);
+    op.access(buffer.hazards(), offset_in(buffer, ptr), bytes, Access::read);
+    op.order();
+    buffer.source()->prefetch(s, ptr, bytes);
+    op.complete();
 }
 
 void throw_out_of_range(const char* what, std::size_t offset, std::size_t count, std::size_t size) {

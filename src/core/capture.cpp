@@ -6,7 +6,7 @@
 #include <atomic>
 #include <utility>
 
-#include "core/hazard_tracker.hpp"
+#include "core/buffer.hpp"
 
 namespace cudarc::detail {
 
@@ -53,18 +53,40 @@ void refuse_across_devices_in_capture(const char* what, const StreamState& strea
         what, from_device, to_device, session->device().ordinal()));
 }
 
-std::vector<GraphRange> ranges_touched(const RangeTable& touched) {
+void AccessSet::add(std::size_t begin, std::size_t end, Access access) {
+    if (begin >= end) return;
+    // The new list: what lies outside [begin, end) as it was; inside, the stronger access (a write wins)
+    // over the old pieces and `access` over the gaps.
     std::vector<GraphRange> out;
-    for (const RangeTable::Range& r : touched.ranges()) {
-        if (r.writers == 0 && r.readers == 0) continue;
-        const Access access = r.writers != 0 ? Access::write : Access::read;
-        if (!out.empty() && out.back().end == r.begin && out.back().access == access) {
+    out.reserve(ranges_.size() + 3);
+    const auto push = [&](GraphRange r) {
+        if (r.begin >= r.end) return;
+        if (!out.empty() && out.back().end == r.begin && out.back().access == r.access) {
             out.back().end = r.end;
         } else {
-            out.push_back(GraphRange{r.begin, r.end, access});
+            out.push_back(r);
         }
+    };
+    std::size_t cursor = begin;  // inside [begin, end): covered up to here
+    for (const GraphRange& r : ranges_) {
+        if (r.end <= begin || r.begin >= end) {
+            if (r.begin >= end && cursor < end) {
+                push(GraphRange{cursor, end, access});
+                cursor = end;
+            }
+            push(r);
+            continue;
+        }
+        push(GraphRange{r.begin, begin, r.access});  // the part before `begin`, if any
+        const std::size_t lo = std::max(r.begin, begin);
+        const std::size_t hi = std::min(r.end, end);
+        push(GraphRange{cursor, lo, access});  // a gap before this piece
+        push(GraphRange{lo, hi, r.access == Access::write ? Access::write : access});
+        cursor = hi;
+        push(GraphRange{end, r.end, r.access});  // the part after `end`, if any
     }
-    return out;
+    if (cursor < end) push(GraphRange{cursor, end, access});
+    ranges_ = std::move(out);
 }
 
 // ---- CaptureSession ---------------------------------------------------------------------------------
@@ -74,11 +96,10 @@ CaptureSession::CaptureSession(StreamState& origin, std::optional<SourceCaptureI
       source_capture_(source_capture),
       serial_(next_serial.fetch_add(1, std::memory_order_relaxed)) {
     members_.reserve(4);
-    DeviceState& device = origin.device();
-    const auto scope = device.bind();
-    sys::Event mark = device.record_event(origin.handle());  // eager: the capture has not begun
-    members_.push_back(Member{origin_, CaptureRole::origin, false});
-    origin.enter_capture(this, mark);
+    // Eager: the capture has not begun, so this event covers the origin's work outside it.
+    EventRef mark = origin.timeline().event_covering(kEverythingSoFar);
+    members_.push_back(Member{origin_, CaptureRole::origin, false, std::make_unique<Timeline>(origin, this)});
+    origin.enter_capture(this, std::move(mark));
 }
 
 CaptureSession::~CaptureSession() {
@@ -114,13 +135,12 @@ void CaptureSession::join(StreamState& stream, CaptureRole role) {
     }
     if (!stream.alive()) throw Error("cudarc: a retired stream cannot take part in a graph capture");
     members_.reserve(members_.size() + 1);
+    auto timeline = std::make_unique<Timeline>(stream, this);
     if (source_capture_) device().memory().join_capture(*source_capture_, stream);
-    DeviceState& d = device();
-    const auto scope = d.bind();
     // Eager: `stream` is not capturing yet, so this event covers its work outside the capture.
-    sys::Event mark = d.record_event(stream.handle());
-    members_.push_back(Member{stream.shared_from_this(), role, false});
-    stream.enter_capture(this, mark);
+    EventRef mark = stream.timeline().event_covering(kEverythingSoFar);
+    members_.push_back(Member{stream.shared_from_this(), role, false, std::move(timeline)});
+    stream.enter_capture(this, std::move(mark));
 }
 
 void CaptureSession::note_joined(const StreamState& forked) noexcept {
@@ -136,6 +156,13 @@ StreamState* CaptureSession::member_with_handle(sys::Stream handle) const noexce
     return nullptr;
 }
 
+Timeline& CaptureSession::timeline_of(StreamState& member) {
+    for (Member& m : members_) {
+        if (m.state.get() == &member) return *m.timeline;
+    }
+    throw Error("cudarc: internal error: a stream that takes no part in the capture used its timeline");
+}
+
 bool CaptureSession::keep_until_end(std::shared_ptr<StreamState>& state) noexcept {
     try {
         kept_streams_.reserve(kept_streams_.size() + 1);
@@ -144,18 +171,6 @@ bool CaptureSession::keep_until_end(std::shared_ptr<StreamState>& state) noexcep
     }
     kept_streams_.push_back(std::move(state));
     return true;
-}
-
-sys::Event CaptureSession::mark_outside(StreamState& member) {
-    DeviceState& d = device();
-    if (!helper_) helper_ = d.streams().acquire(0);
-    const auto scope = d.bind();
-    d.wait_event(helper_->handle(), member.precapture_mark());
-    return d.record_event(helper_->handle());
-}
-
-std::uintptr_t CaptureSession::outside_key() const noexcept {
-    return helper_ ? helper_->key() : device().default_stream_state()->key();
 }
 
 bool CaptureSession::defer_join(StreamState& child, StreamState& parent) noexcept {
@@ -167,14 +182,14 @@ bool CaptureSession::defer_join(StreamState& child, StreamState& parent) noexcep
     }
 }
 
-bool CaptureSession::defer_release(Buffer& buffer) noexcept {
-    if (allocated_inside(buffer.hazards())) return false;  // the memory source keeps it for the graph
+bool CaptureSession::defer_release(Buffer* buffer) noexcept {
+    if (allocated_inside(buffer->hazards())) return false;  // the memory source keeps it for the graph
     try {
         deferred_releases_.reserve(deferred_releases_.size() + 1);
     } catch (...) {
         return false;
     }
-    deferred_releases_.push_back(std::move(buffer));
+    deferred_releases_.emplace_back(buffer);
     return true;
 }
 
@@ -194,19 +209,33 @@ CaptureSession::Overlay* CaptureSession::overlay_of(const HazardState& real) con
     return it == overlays_.end() ? nullptr : it->second.get();
 }
 
-CaptureSession::Overlay& CaptureSession::overlay_for(HazardState& real, StreamState* first_writer,
+CaptureSession::Overlay& CaptureSession::overlay_for(HazardState& real, Timeline* first_writer,
                                                      bool allocated_inside) {
     if (Overlay* existing = overlay_of(real)) return *existing;
-    auto overlay = std::make_unique<Overlay>(Overlay{real.link(), HazardState(real.bytes(), first_writer),
-                                                     RangeTable(real.bytes()), allocated_inside});
+    auto overlay = std::make_unique<Overlay>(real.link(), real.bytes(), first_writer, allocated_inside);
     Overlay& out = *overlay;
     overlays_.emplace(out.link.get(), std::move(overlay));
     return out;
 }
 
+HazardState& CaptureSession::overlay_for(HazardState& real) {
+    return overlay_for(real, nullptr, false).hazards;
+}
+
+void CaptureSession::note_touched(HazardState& real, std::size_t offset, std::size_t bytes,
+                                  Access access) noexcept {
+    Overlay* overlay = overlay_of(real);
+    try {
+        if (overlay == nullptr) throw std::bad_alloc();
+        overlay->touched.add(offset, offset + bytes, access);
+    } catch (...) {
+        touched_lost_ = true;  // the graph could not be ordered: take_uses() fails the capture
+    }
+}
+
 bool CaptureSession::conflicts_with_captured_work(const HazardState& real, std::size_t offset,
                                                   std::size_t bytes, Access access) const noexcept {
-    // The overlay's state, seen by a stream that has no slot in it.
+    // The overlay's state, seen by a stream that never used it.
     const Overlay* overlay = overlay_of(real);
     return overlay != nullptr && overlay->hazards.would_wait(offset, bytes, access);
 }
@@ -216,30 +245,15 @@ bool CaptureSession::allocated_inside(const HazardState& real) const noexcept {
     return overlay != nullptr && overlay->allocated_inside;
 }
 
-bool CaptureSession::before_access(HazardState& real, StreamState& stream, std::size_t offset,
-                                   std::size_t bytes, Access access) {
-    if (bytes == 0) return true;
+void CaptureSession::record_use(HazardState& real, StreamState& member) {
     Overlay& overlay = overlay_for(real, nullptr, false);
-    overlay.hazards.order_access(stream, offset, bytes, access);
-    overlay.touched.apply(offset, offset + bytes, 0, access);
-    return true;
-}
-
-bool CaptureSession::after_access(HazardState& real, StreamState& stream) noexcept {
-    if (Overlay* overlay = overlay_of(real)) overlay->hazards.order_after_access(stream);
-    return true;
-}
-
-bool CaptureSession::record_use(HazardState& real, StreamState& stream) {
-    Overlay& overlay = overlay_for(real, nullptr, false);
-    overlay.hazards.order_use(stream);
-    overlay.touched.add_reader_everywhere(0);
-    return true;
+    overlay.hazards.record_use(timeline_of(member));
+    overlay.touched.add(0, real.bytes(), Access::read);
 }
 
 void CaptureSession::note_allocation(HazardState& real, StreamState& home) {
     // The allocation counts as a write by `home` among members, as it does outside a capture.
-    overlay_for(real, &home, true);
+    overlay_for(real, &timeline_of(home), true);
     allocated_ = true;
 }
 
@@ -254,8 +268,7 @@ std::vector<GraphPrerequisite> CaptureSession::take_prerequisites() noexcept {
         return out;
     }
     for (Member& m : members_) {
-        if (sys::Event mark = m.state->take_precapture_mark())
-            out.push_back(GraphPrerequisite{m.state, mark});
+        if (m.state->precapture_mark()) out.push_back(GraphPrerequisite{m.state, m.state->precapture_mark()});
     }
     return out;
 }
@@ -275,19 +288,19 @@ void CaptureSession::check_forks_joined() const {
 
 void CaptureSession::join_members_into_origin() {
     for (const Member& m : members_) {
-        if (m.role == CaptureRole::joined) m.state->order_before(origin_->handle());  // a graph edge
+        if (m.role == CaptureRole::joined) m.state->order_before(*origin_);  // a graph edge
     }
 }
 
 std::vector<GraphBufferUse> CaptureSession::take_uses() {
+    if (touched_lost_) throw std::bad_alloc();
     std::vector<GraphBufferUse> uses;
     uses.reserve(overlays_.size());
     for (auto& [link, overlay] : overlays_) {
         // Memory allocated and released inside the capture belongs to the graph alone.
         if (overlay->link->state == nullptr) continue;
-        std::vector<GraphRange> ranges = ranges_touched(overlay->touched);
-        if (ranges.empty()) continue;
-        uses.push_back(GraphBufferUse{overlay->link, std::move(ranges)});
+        if (overlay->touched.ranges().empty()) continue;
+        uses.push_back(GraphBufferUse{overlay->link, overlay->touched.ranges()});
     }
     // Note: a stable order, so that replays wait in the same order every time (the map's is arbitrary).
     std::sort(uses.begin(), uses.end(), [](const GraphBufferUse& a, const GraphBufferUse& b) {
@@ -303,10 +316,14 @@ void CaptureSession::finish() noexcept {
     // Note [Context scope]: this runs on the way out of a capture (and in a destructor), so a failure to bind
     // is deferred; the calls below then fail and are deferred too.
     const auto scope = d.bind_or_defer();
-    // The overlays' events were recorded inside the capture; recorded again outside it (on the origin, which
-    // no longer captures), they can go back to the pool.
-    for (auto& [link, overlay] : overlays_) overlay->hazards.rerecord_events(origin_->handle());
+    // The overlays name the members' capture timelines: they go first. Those timelines' events were
+    // recorded inside the capture; recorded again outside it (on the origin, which no longer captures),
+    // they can go back to the pool.
     overlays_.clear();
+    for (Member& m : members_) {
+        if (m.timeline) m.timeline->rerecord_kept(origin_->handle());
+    }
+    for (Member& m : members_) m.timeline.reset();
     for (sys::Event event : kept_events_) {
         if (d.api().event_record(event, origin_->handle()) == sys::kSuccess) {
             d.events().release(event);
@@ -318,10 +335,9 @@ void CaptureSession::finish() noexcept {
     for (Member& m : members_) m.state->leave_capture();
     for (auto& state : kept_streams_) d.streams().release(std::move(state));
     kept_streams_.clear();
-    if (helper_) d.streams().release(std::move(helper_));
     for (DeferredJoin& join : deferred_joins_) {
         try {
-            join.child->order_before(join.parent->handle());
+            join.child->order_before(*join.parent);
         } catch (const Error& error) {
             d.defer(error);
             d.synchronize_noexcept();
@@ -336,23 +352,6 @@ void CaptureSession::finish() noexcept {
 
 // ---- Hooks ------------------------------------------------------------------------------------------
 
-bool capture_before_access(HazardState& real, StreamState& stream, std::size_t offset, std::size_t bytes,
-                           Access access) {
-    CaptureSession* session = CaptureSession::current();
-    if (session == nullptr) return false;
-    if (stream.capture() == session) return session->before_access(real, stream, offset, bytes, access);
-    if (stream.capture() != nullptr) {
-        throw Error(
-            "cudarc: a stream that another thread's graph capture is recording was used on this thread");
-    }
-    // An outsider whose access conflicts with captured work waits for it: it joins the capture.
-    if (capture_would_take(real, stream, offset, bytes, access)) {
-        session->join(stream, CaptureRole::joined);
-        return session->before_access(real, stream, offset, bytes, access);
-    }
-    return false;
-}
-
 bool capture_would_take(const HazardState& real, const StreamState& stream, std::size_t offset,
                         std::size_t bytes, Access access) {
     CaptureSession* session = CaptureSession::current();
@@ -361,16 +360,11 @@ bool capture_would_take(const HazardState& real, const StreamState& stream, std:
     return session->conflicts_with_captured_work(real, offset, bytes, access);
 }
 
-bool capture_after_access(HazardState& real, StreamState& stream) noexcept {
-    CaptureSession* session = CaptureSession::current();
-    if (session == nullptr || stream.capture() != session) return false;
-    return session->after_access(real, stream);
-}
-
 bool capture_record_use(HazardState& real, StreamState& stream) {
     CaptureSession* session = CaptureSession::current();
     if (session == nullptr || stream.capture() != session) return false;
-    return session->record_use(real, stream);
+    session->record_use(real, stream);
+    return true;
 }
 
 void capture_note_allocation(Buffer& buffer, StreamState& home) {
@@ -379,7 +373,7 @@ void capture_note_allocation(Buffer& buffer, StreamState& home) {
     session->note_allocation(buffer.hazards(), home);
 }
 
-bool capture_defer_release(Buffer& buffer) noexcept {
+bool capture_defer_release(Buffer* buffer) noexcept {
     CaptureSession* session = CaptureSession::current();
     return session != nullptr && session->defer_release(buffer);
 }
@@ -395,7 +389,7 @@ bool capture_join_parent(StreamState& child, StreamState& parent) noexcept {
     if (child.capture() == session && parent.capture() == session) {
         // Both captured: a graph edge, enqueued the ordinary way.
         try {
-            child.order_before(parent.handle());
+            child.order_before(parent);
         } catch (const Error& error) {
             // The capture is most likely broken now; ending it reports the driver's error.
             child.device().defer(error);
@@ -426,10 +420,8 @@ unsigned capture_prepare_wait(StreamState& waiter, std::uint64_t recorded_in) {
         if (session == nullptr || session->serial() != recorded_in) {
             throw Error(
                 "cudarc: Stream::wait: the event was last recorded inside another graph capture (one that "
-                "has "
-                "ended, or another thread's), where it marks a point of captured work, not of work that "
-                "runs; "
-                "record it again outside the capture first");
+                "has ended, or another thread's), where it marks a point of captured work, not of work "
+                "that runs; record it again outside the capture first");
         }
         if (waiter.capture() != session) session->join(waiter, CaptureRole::joined);
         return 0;
@@ -439,38 +431,20 @@ unsigned capture_prepare_wait(StreamState& waiter, std::uint64_t recorded_in) {
     return 0;
 }
 
-bool order_before_in_capture(StreamState& user, sys::Stream waiter) {
+bool order_before_in_capture(StreamState& user, StreamState& waiter) {
     if (CaptureSession* session = user.capture()) {
-        if (session->member_with_handle(waiter) != nullptr) return false;  // a graph edge, the ordinary way
+        if (waiter.capture() == session) return false;  // a graph edge, the ordinary way
         // The waiter is outside the capture: it waits for the member's work outside it.
         DeviceState& device = user.device();
+        if (!user.precapture_mark()) return true;  // Note: a member always has one (join records it)
         const auto scope = device.bind();
-        device.wait_event(waiter, user.precapture_mark());
+        device.wait_event(waiter.handle(), user.precapture_mark()->handle());
+        waiter.timeline().note_waited(user.timeline(), *user.precapture_mark());
         return true;
     }
     CaptureSession* session = CaptureSession::current();
-    if (session != nullptr && session->member_with_handle(waiter) != nullptr) throw_isolation("a join");
+    if (session != nullptr && waiter.capture() == session) throw_isolation("a join");
     return false;
-}
-
-void wait_in_capture(StreamState& waiter, StreamState& user, sys::Event& event) {
-    DeviceState& device = waiter.device();
-    if (user.capture() == waiter.capture()) {
-        // Both take part in one capture: an event recorded inside it, waited for inside it.
-        const auto scope = device.bind();  // one device: a capture records one device's streams
-        if (event == nullptr) event = user.device().record_event(user.handle());
-        device.wait_event(waiter.handle(), event);
-        return;
-    }
-    if (waiter.capture() == nullptr) {
-        // Note: `event`, when set, was recorded outside the capture (members never touch the buffers' own
-        // states during it); otherwise the member's work from before the capture is what there is to wait
-        // for.
-        const auto scope = device.bind();
-        device.wait_event(waiter.handle(), event != nullptr ? event : user.precapture_mark());
-        return;
-    }
-    throw_isolation("hazard tracking");
 }
 
 }  // namespace cudarc::detail

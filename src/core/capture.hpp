@@ -10,7 +10,8 @@
 #include <vector>
 
 #include "core/device_state.hpp"
-#include "core/range_table.hpp"
+#include "core/hazard_state.hpp"
+#include "core/timeline.hpp"
 #include "cudarc/detail/buffer.hpp"
 
 namespace cudarc::detail {
@@ -27,12 +28,13 @@ namespace cudarc::detail {
 //  - Members. The capturing stream, every stream forked from a member, and every stream that waits for
 //    captured work (through a hazard wait, Stream::join or Stream::wait) take part in the capture
 //    (StreamState::capture()). Joining, a stream first records an event eagerly: its work outside the
-//    capture. Whatever outside the capture waits for a member waits for that event (wait_in_capture,
-//    StreamState::mark, order_before_in_capture).
+//    capture (the pre-capture mark). Whatever outside the capture waits for a member waits for that event
+//    (Timeline::event_covering, order_before_in_capture).
 //  - Overlay. Accesses by members go to a second HazardState per buffer, kept by the session and starting
-//    empty (for memory allocated inside the capture: written by its stream). Waits between members are
-//    events recorded and waited for inside the capture: graph edges. The buffers' own states are left as
-//    they were.
+//    empty (for memory allocated inside the capture: written by its stream), and are ordered by a timeline
+//    of the capture's own per member (Note [Stream timelines]): its positions count captured operations,
+//    and its events, recorded and waited for inside the capture, are graph edges. The buffers' own states
+//    and the members' own timelines are left as they were.
 //  - Earlier uses. Captured work does not wait for uses from before the capture. The overlay also records
 //    the union of the byte ranges members read and wrote, which the graph keeps, and every Graph::launch
 //    counts as those accesses on the launch stream: it waits for conflicting earlier work on other streams,
@@ -55,6 +57,8 @@ namespace cudarc::detail {
 //    stream still alive is an error, and the capture is abandoned.
 //  - The single-stream fast path is off while any capture is under way (`captures_underway`), so that
 //    accesses by the capturing stream are seen.
+//  - A replay is one operation on its stream (core/operation.hpp): at most one wait per source stream
+//    before it and one event after it, however many buffers the graph touches.
 //
 // Limits: a capture records the streams of one device: work between devices that would take part in it
 // (Stream::join across devices, a copy between devices) throws, and so do NCCL operations and communicator
@@ -85,12 +89,19 @@ struct GraphBufferUse {
 // An event that the first launch of a graph waits for, unless launched on `stream` itself.
 struct GraphPrerequisite {
     std::shared_ptr<StreamState> stream;
-    sys::Event event = nullptr;  // pooled
+    EventRef event;
 };
 
-// The ranges that a table of the captured work's accesses records (slot 0): written where any write
-// happened, read where only reads did; neighbours with the same access merged.
-[[nodiscard]] std::vector<GraphRange> ranges_touched(const RangeTable& touched);
+// The byte ranges a capture's work read and wrote in one buffer: written where any write happened, read
+// where only reads did; sorted, with neighbours of the same access merged.
+class AccessSet {
+  public:
+    void add(std::size_t begin, std::size_t end, Access access);
+    [[nodiscard]] const std::vector<GraphRange>& ranges() const noexcept { return ranges_; }
+
+  private:
+    std::vector<GraphRange> ranges_;
+};
 
 class CaptureSession {
   public:
@@ -116,22 +127,22 @@ class CaptureSession {
     void join(StreamState& stream, CaptureRole role);
     void note_joined(const StreamState& forked) noexcept;
     [[nodiscard]] StreamState* member_with_handle(sys::Stream handle) const noexcept;
+    // The timeline of a member's captured work (Note [Stream timelines]).
+    [[nodiscard]] Timeline& timeline_of(StreamState& member);
     // Keeps a pooled member stream out of the pool until the end (false: no memory to keep it).
     [[nodiscard]] bool keep_until_end(std::shared_ptr<StreamState>& state) noexcept;
-    // An event (owned by the caller) for a member's work outside the capture, and the key of the stream
-    // it is recorded on (StreamState::event_key).
-    [[nodiscard]] sys::Event mark_outside(StreamState& member);
-    [[nodiscard]] std::uintptr_t outside_key() const noexcept;
     [[nodiscard]] bool defer_join(StreamState& child, StreamState& parent) noexcept;
-    [[nodiscard]] bool defer_release(Buffer& buffer) noexcept;
+    // Takes `buffer` (owned from then on) to release it when the capture ends; false: not deferred.
+    [[nodiscard]] bool defer_release(Buffer* buffer) noexcept;
     // Keeps a pooled event until the end (it may have been recorded inside the capture).
     [[nodiscard]] bool keep_event(sys::Event event) noexcept;
 
-    // The overlay. The first three return false when the access is not the capture's.
-    bool before_access(HazardState& real, StreamState& stream, std::size_t offset, std::size_t bytes,
-                       Access access);
-    bool after_access(HazardState& real, StreamState& stream) noexcept;
-    bool record_use(HazardState& real, StreamState& stream);
+    // The overlay of a buffer's state (made on first use; empty: nothing captured touched it yet).
+    [[nodiscard]] HazardState& overlay_for(HazardState& real);
+    // A captured access's bytes, for the graph's access set.
+    void note_touched(HazardState& real, std::size_t offset, std::size_t bytes, Access access) noexcept;
+    // A captured raw-pointer use of the whole buffer (record_stream).
+    void record_use(HazardState& real, StreamState& member);
     void note_allocation(HazardState& real, StreamState& home);
     [[nodiscard]] bool allocated_inside(const HazardState& real) const noexcept;
     // Whether an access by a stream outside the capture would have to wait for captured work.
@@ -155,11 +166,14 @@ class CaptureSession {
         std::shared_ptr<StreamState> state;
         CaptureRole role = CaptureRole::joined;
         bool joined = false;  // forked: its destruction joined it into its parent
+        std::unique_ptr<Timeline> timeline;
     };
     struct Overlay {
+        Overlay(std::shared_ptr<BufferLink> l, std::size_t bytes, Timeline* first_writer, bool inside)
+            : link(std::move(l)), hazards(bytes, first_writer, nullptr), allocated_inside(inside) {}
         std::shared_ptr<BufferLink> link;
         HazardState hazards;  // between members; Note [Capture overlay]
-        RangeTable touched;   // slot 0: the captured work, for the graph
+        AccessSet touched;    // the captured work, for the graph
         bool allocated_inside = false;
     };
     struct DeferredJoin {
@@ -167,7 +181,7 @@ class CaptureSession {
         std::shared_ptr<StreamState> parent;
     };
     [[nodiscard]] Overlay* overlay_of(const HazardState& real) const noexcept;
-    Overlay& overlay_for(HazardState& real, StreamState* first_writer, bool allocated_inside);
+    Overlay& overlay_for(HazardState& real, Timeline* first_writer, bool allocated_inside);
 
     std::shared_ptr<StreamState> origin_;
     std::optional<SourceCaptureId> source_capture_;
@@ -175,21 +189,20 @@ class CaptureSession {
     std::vector<Member> members_;
     std::unordered_map<const BufferLink*, std::unique_ptr<Overlay>> overlays_;
     std::vector<std::shared_ptr<StreamState>> kept_streams_;
-    std::shared_ptr<StreamState> helper_;  // outside the capture: mark_outside records there
     std::vector<DeferredJoin> deferred_joins_;
-    std::vector<Buffer> deferred_releases_;
+    std::vector<BufferHandle> deferred_releases_;
     std::vector<sys::Event> kept_events_;
-    bool allocated_ = false;  // the capture took memory from the cache
+    bool allocated_ = false;     // the capture took memory from the cache
+    bool touched_lost_ = false;  // no memory to note an access: the graph cannot be ordered
     bool finished_ = false;
 };
 
 // Hooks the hot paths call only while captures_underway is not zero (Note [Capture overlay]).
-bool capture_before_access(HazardState& real, StreamState& stream, std::size_t offset, std::size_t bytes,
-                           Access access);
-bool capture_after_access(HazardState& real, StreamState& stream) noexcept;
+// DeviceSlice::record_stream: true when the use was the capture's.
 bool capture_record_use(HazardState& real, StreamState& stream);
 void capture_note_allocation(Buffer& buffer, StreamState& home);
-bool capture_defer_release(Buffer& buffer) noexcept;
+// destroy_buffer: true when this thread's capture took the buffer, to release it at its end.
+bool capture_defer_release(Buffer* buffer) noexcept;
 // EventPool::release: true when this thread's capture (on `device`) keeps the event until it ends.
 bool capture_keep_event(DeviceState& device, sys::Event event) noexcept;
 // Stream::join_parent: true when handled (a graph edge, or deferred to the end of the capture).
@@ -199,9 +212,7 @@ void capture_prepare_join(StreamState& waiter, StreamState& user);
 // Stream::wait(event): the flags for cuStreamWaitEvent; throws for an event recorded in an ended capture.
 [[nodiscard]] unsigned capture_prepare_wait(StreamState& waiter, std::uint64_t recorded_in);
 // StreamState::order_before: true when handled.
-bool order_before_in_capture(StreamState& user, sys::Stream waiter);
-// wait_for_use when `waiter` or `user` takes part in a capture.
-void wait_in_capture(StreamState& waiter, StreamState& user, sys::Event& event);
+bool order_before_in_capture(StreamState& user, StreamState& waiter);
 // Whether an access on `stream` would be captured (a member, or an outsider that would join).
 [[nodiscard]] bool capture_would_take(const HazardState& real, const StreamState& stream, std::size_t offset,
                                       std::size_t bytes, Access access);

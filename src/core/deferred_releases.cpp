@@ -1,4 +1,5 @@
 // Note [Deferred release] (core/device_state.hpp): release hooks that wait for events without blocking.
+#include <algorithm>
 #include <utility>
 
 #include "core/device_state.hpp"
@@ -10,13 +11,14 @@ DeferredReleases::~DeferredReleases() {
 }
 
 void DeferredReleases::finish(Entry& entry) noexcept {
-    for (sys::Event event : entry.events) device_.events().release(event);
     entry.events.clear();
     if (entry.hook) entry.hook.call(entry.hook.context);
     entry.hook = {};
 }
 
-void DeferredReleases::add(std::vector<sys::Event> events, ReleaseHook hook) noexcept {
+void DeferredReleases::add(std::vector<EventRef> events, ReleaseHook hook) noexcept {
+    if (!hook) return;
+    std::erase_if(events, [](const EventRef& event) { return !event; });
     if (events.empty()) {
         Entry entry{std::move(events), hook};
         finish(entry);
@@ -32,8 +34,8 @@ void DeferredReleases::add(std::vector<sys::Event> events, ReleaseHook hook) noe
     // No memory to queue the hook: wait for its events here (counted) rather than run it early or never.
     {
         const auto scope = device_.bind_or_defer();
-        for (sys::Event event : events) {
-            device_.defer(device_.api().event_synchronize(event), sys::Entry::event_synchronize);
+        for (const EventRef& event : events) {
+            device_.defer(device_.api().event_synchronize(event->handle()), sys::Entry::event_synchronize);
             AtomicCounters::bump(device_.counters().event_synchronizes);
         }
     }
@@ -46,31 +48,38 @@ void DeferredReleases::poll_slow() noexcept {
     {
         std::lock_guard lock(mutex_);
         const auto scope = device_.bind_or_defer();
-        for (std::size_t i = 0; i < entries_.size();) {
-            Entry& entry = entries_[i];
-            bool complete = true;
-            for (sys::Event event : entry.events) {
-                const sys::Result r = device_.api().event_query(event);
-                if (r == sys::kErrorNotReady) {
-                    complete = false;
-                    break;
-                }
-                // Note: an error here (a sticky device error, say) will never turn into completion; the
-                // hook runs now rather than never, and the error is kept for rethrow_deferred_error.
-                device_.defer(r, sys::Entry::event_query);
+        // Each distinct event is queried once per poll (many hooks share one).
+        std::vector<std::pair<const SharedEvent*, bool>> answers;
+        const auto complete = [&](const SharedEvent* event) {
+            for (const auto& [e, done] : answers) {
+                if (e == event) return done;
             }
-            if (!complete) {
-                ++i;
-                continue;
-            }
+            const sys::Result r = device_.api().event_query(event->handle());
+            // Note: an error here (a sticky device error, say) will never turn into completion; the hook
+            // runs now rather than never, and the error is kept for rethrow_deferred_error.
+            if (r != sys::kErrorNotReady) device_.defer(r, sys::Entry::event_query);
+            const bool done = r != sys::kErrorNotReady;
             try {
-                ready.push_back(std::move(entry));
-            } catch (...) {
-                break;  // try again at the next poll
+                answers.emplace_back(event, done);
+            } catch (...) {  // NOLINT(bugprone-empty-catch): it is only asked again
             }
-            entries_.erase(entries_.begin() + static_cast<std::ptrdiff_t>(i));
-            queued_.fetch_sub(1, std::memory_order_relaxed);
+            return done;
+        };
+        // Note: one pass that moves the completed entries out, then one erase (a step may queue hundreds).
+        try {
+            ready.reserve(entries_.size());
+        } catch (...) {
+            return;  // try again at the next poll
         }
+        for (Entry& entry : entries_) {
+            const bool done = std::all_of(entry.events.begin(), entry.events.end(),
+                                          [&](const EventRef& event) { return complete(event.get()); });
+            if (!done) continue;
+            ready.push_back(std::move(entry));
+            entry.hook = {};  // marks it for the erase below (add() queues no empty hook)
+        }
+        const auto removed = std::erase_if(entries_, [](const Entry& entry) { return !entry.hook; });
+        queued_.fetch_sub(removed, std::memory_order_relaxed);
     }
     // Outside the lock: a hook may call into cudarc (or CUDA) again.
     for (Entry& entry : ready) finish(entry);
@@ -86,10 +95,17 @@ void DeferredReleases::drain() noexcept {
     if (all.empty()) return;
     {
         const auto scope = device_.bind_or_defer();
+        std::vector<const SharedEvent*> waited;
         for (Entry& entry : all) {
-            for (sys::Event event : entry.events) {
-                device_.defer(device_.api().event_synchronize(event), sys::Entry::event_synchronize);
+            for (const EventRef& event : entry.events) {
+                if (std::find(waited.begin(), waited.end(), event.get()) != waited.end()) continue;
+                device_.defer(device_.api().event_synchronize(event->handle()),
+                              sys::Entry::event_synchronize);
                 AtomicCounters::bump(device_.counters().event_synchronizes);
+                try {
+                    waited.push_back(event.get());
+                } catch (...) {  // NOLINT(bugprone-empty-catch): it is only waited for again
+                }
             }
         }
     }

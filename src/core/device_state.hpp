@@ -14,6 +14,7 @@
 #include "core/atomic_counters.hpp"
 #include "core/event_pool.hpp"
 #include "core/memory_source.hpp"
+#include "core/timeline.hpp"
 #include "cudarc/device.hpp"
 #include "cudarc/stream.hpp"
 #include "sys/driver_api.hpp"
@@ -83,7 +84,8 @@ class StreamPool {
   private:
     DeviceState& device_;
     std::mutex mutex_;
-    std::vector<std::shared_ptr<StreamState>> free_;
+    std::vector<std::shared_ptr<StreamState>> free_;  // capacity: every state made (never reallocates)
+    std::size_t created_ = 0;
 };
 
 // Calls release hooks (DLPack deleters, for instance) once the events they wait for have completed.
@@ -102,9 +104,10 @@ class DeferredReleases {
     DeferredReleases& operator=(const DeferredReleases&) = delete;
     ~DeferredReleases();
 
-    // Calls `hook` once every event has completed (at once when there are none). Takes the events
-    // (pooled). Never throws: without memory to queue, it waits on the host (counted) and calls the hook.
-    void add(std::vector<sys::Event> events, ReleaseHook hook) noexcept;
+    // Calls `hook` once every event has completed (at once when there are none). Never throws: without
+    // memory to queue, it waits on the host (counted) and calls the hook. Hooks often share their events
+    // (a step's releases wait for one event per stream): a poll queries each event once.
+    void add(std::vector<EventRef> events, ReleaseHook hook) noexcept;
     // Calls the hooks whose events have completed. One relaxed load when nothing is queued.
     // Note: not during a capture on this thread, where an event query would invalidate the capture.
     void poll() noexcept {
@@ -116,7 +119,7 @@ class DeferredReleases {
 
   private:
     struct Entry {
-        std::vector<sys::Event> events;
+        std::vector<EventRef> events;
         ReleaseHook hook;
     };
     void poll_slow() noexcept;
@@ -281,31 +284,29 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
     [[nodiscard]] int priority() const noexcept { return priority_; }
     // Note [Stream identity].
     [[nodiscard]] std::uintptr_t key() const noexcept { return key_; }
+    // Note [Stream timelines]: the stream's position, its events and how far it has waited for others.
+    [[nodiscard]] Timeline& timeline() noexcept { return timeline_; }
+    [[nodiscard]] const Timeline& timeline() const noexcept { return timeline_; }
 
-    // A pooled event (owned by the caller) that completes when everything submitted to this stream so far
-    // has completed. After retirement, one recorded on the default stream after the final event.
-    [[nodiscard]] sys::Event mark();
+    // An event that completes when everything submitted to this stream so far has completed (after
+    // retirement: its final event; null when that work is known complete).
+    [[nodiscard]] EventRef mark() { return timeline_.event_covering(kEverythingSoFar); }
     // Makes `waiter` wait for everything submitted to this stream so far (or, once retired, its final
-    // work). Counted; a no-op when `waiter` is this stream. Uses the state's own event, so it touches no
-    // pool (Note [Waits capture the event] in core/event_pool.hpp).
-    void order_before(sys::Stream waiter);
+    // work): a join. Counted; a no-op when `waiter` is this stream. Uses the state's own event, so it touches
+    // no pool (Note [Waits capture the event] in core/event_pool.hpp); the waiter's clock learns it.
+    void order_before(StreamState& waiter);
     // Called once, by the owning Stream, before the handle may go away. `final_event` (owned from now on)
     // completes after the stream's last work; null means that work is known to be complete.
     void retire(sys::Event final_event) noexcept;
-    [[nodiscard]] bool alive() const noexcept { return !retired_.load(std::memory_order_acquire); }
-    // The key of the stream that mark()'s events are recorded on: this one's, or the default stream's
-    // once retired.
-    [[nodiscard]] std::uintptr_t event_key() const noexcept;
+    [[nodiscard]] bool alive() const noexcept { return !timeline_.retired(); }
 
     // Note [Capture overlay]: the capture this stream takes part in (null: none), and an event recorded
     // just before it joined, which stands for its work outside the capture. Set and read only by the
     // capturing thread.
     [[nodiscard]] CaptureSession* capture() const noexcept { return capture_; }
-    [[nodiscard]] sys::Event precapture_mark() const noexcept { return precapture_; }
-    void enter_capture(CaptureSession* capture, sys::Event precapture_mark) noexcept;
+    [[nodiscard]] const EventRef& precapture_mark() const noexcept { return precapture_; }
+    void enter_capture(CaptureSession* capture, EventRef precapture_mark) noexcept;
     void leave_capture() noexcept;
-    // Hands the pre-capture mark over to the caller (the graph: Note [Capture overlay]).
-    [[nodiscard]] sys::Event take_precapture_mark() noexcept;
 
   private:
     DeviceState& device_;
@@ -313,14 +314,10 @@ class StreamState : public std::enable_shared_from_this<StreamState> {
     StreamOwnership ownership_;
     int priority_;
     std::uintptr_t key_;
-    std::atomic<bool> retired_{false};
-    // Guards a foreign stream's retirement against a concurrent mark() from another thread. Note: only
-    // foreign states retire while buffers still use them, so pooled states never take it.
-    mutable std::mutex mutex_;
-    sys::Event final_event_ = nullptr;
+    Timeline timeline_;
     sys::Event scratch_ = nullptr;  // for order_before
     CaptureSession* capture_ = nullptr;
-    sys::Event precapture_ = nullptr;  // pooled; set while capture_ is
+    EventRef precapture_;  // set while capture_ is
 };
 
 }  // namespace cudarc::detail

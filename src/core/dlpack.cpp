@@ -7,7 +7,9 @@
 #include <memory>
 #include <string>
 
+#include "core/buffer.hpp"
 #include "core/device_state.hpp"
+#include "core/operation.hpp"
 
 namespace cudarc::detail {
 namespace {
@@ -159,7 +161,7 @@ DlpackPlan check(DlpackSource source, int ordinal, const DlpackElement& element)
 
 // The context behind an exported tensor: the memory and the arrays the DLTensor points into.
 struct ExportContext {
-    Buffer buffer;
+    BufferHandle buffer;
     std::int64_t shape[1] = {0};
     std::int64_t strides[1] = {1};
     dlpack::DLManagedTensorVersioned versioned{};
@@ -187,8 +189,8 @@ DlpackPlan check_dlpack(DlpackSource source, int ordinal, const DlpackElement& e
     }
 }
 
-std::pair<Buffer, std::size_t> import_dlpack(const Device& device, DlpackSource source,
-                                             const DlpackElement& element, const Stream* stream) {
+std::pair<BufferHandle, std::size_t> import_dlpack(const Device& device, DlpackSource source,
+                                                   const DlpackElement& element, const Stream* stream) {
     const DlpackPlan plan = check_dlpack(source, device.ordinal(), element);
     const ReleaseHook deleter = deleter_of(source);
     try {
@@ -199,15 +201,21 @@ std::pair<Buffer, std::size_t> import_dlpack(const Device& device, DlpackSource 
     }
 }
 
-void* export_dlpack(Buffer& buffer, std::size_t count, dlpack::DLDataType dtype, Stream& stream,
+void* export_dlpack(BufferHandle& handle, std::size_t count, dlpack::DLDataType dtype, Stream& stream,
                     bool versioned) {
-    buffer.check_same_device(stream);
+    Buffer& buffer = non_empty(handle.get(), "cudarc::to_dlpack");
+    StreamState& s = Internals::stream_state(stream);
+    buffer.check_stream(s);
     if (buffer.borrowed())
         throw Error("cudarc::to_dlpack: the slice is borrowed; only owned memory can be handed over");
     auto context = std::make_unique<ExportContext>();
     // The exchange: the consumer's stream waits for cudarc's pending work, and counts as writing the whole
-    // buffer from now on, so the free at the deleter orders after the consumer's work too.
-    prepare_access(stream, buffer, Access::write);
+    // buffer from now on (everything it submits: cudarc never sees its work), so the free at the deleter
+    // orders after the consumer's work too.
+    Operation exchange(s, Operation::Work::untracked);
+    exchange.access(buffer.hazards(), 0, buffer.bytes(), Access::write);
+    exchange.order();
+    exchange.complete_untracked();
     context->shape[0] = static_cast<std::int64_t>(count);
     dlpack::DLTensor tensor{};
     tensor.data = reinterpret_cast<void*>(static_cast<std::uintptr_t>(buffer.ptr()));
@@ -217,7 +225,7 @@ void* export_dlpack(Buffer& buffer, std::size_t count, dlpack::DLDataType dtype,
     tensor.shape = context->shape;
     tensor.strides = context->strides;
     tensor.byte_offset = 0;
-    context->buffer = std::move(buffer);
+    context->buffer = std::move(handle);
     ExportContext* raw = context.release();
     if (versioned) {
         raw->versioned = dlpack::DLManagedTensorVersioned{

@@ -6,6 +6,7 @@
 
 #include "core/capture.hpp"
 #include "core/device_state.hpp"
+#include "core/operation.hpp"
 
 namespace cudarc {
 namespace detail {
@@ -53,23 +54,32 @@ class GraphState {
         for (const GraphBufferUse& use : uses_) {
             if (use.link->state == nullptr) throw_released(use, "Graph::launch");
         }
-        const auto scope = device_->bind();
         // Note [Capture overlay]: memory the capture took from the cache was last used by work before the
         // capture; the first launch waits for it (later ones follow the first).
         for (const GraphPrerequisite& p : prerequisites_) {
-            if (p.stream.get() != &s) device_->wait_event(s.handle(), p.event);
+            if (p.stream.get() == &s || !p.event) continue;
+            {
+                const auto scope = device_->bind();
+                device_->wait_event(s.handle(), p.event->handle());
+            }
+            s.timeline().note_waited(p.stream->timeline(), *p.event);
         }
-        // The replay counts as the captured work's accesses on `stream`.
+        // The replay is one operation on `stream` with the captured work's accesses: at most one wait per
+        // source stream before it and one event after it (Note [Stream timelines]).
+        Operation op(s);
         for (const GraphBufferUse& use : uses_) {
             for (const GraphRange& r : use.ranges)
-                use.link->state->before_access(s, r.begin, r.end - r.begin, r.access);
+                op.access(*use.link->state, r.begin, r.end - r.begin, r.access);
         }
-        device_->check(device_->api().graph_launch(exec_, s.handle()), sys::Entry::graph_launch);
-        for (const GraphBufferUse& use : uses_) use.link->state->after_access(s);
+        op.order();
+        {
+            const auto scope = device_->bind();
+            device_->check(device_->api().graph_launch(exec_, s.handle()), sys::Entry::graph_launch);
+            op.complete();
+        }
         last_stream_ = detail::Internals::shared_stream_state(stream);
         release_prerequisites();
     }
-
     void upload(Stream& stream) {
         StreamState& s = checked_stream(stream, "Graph::upload");
         const sys::DriverApi& api = device_->api();
@@ -127,10 +137,7 @@ class GraphState {
     }
 
   private:
-    void release_prerequisites() noexcept {
-        for (GraphPrerequisite& p : prerequisites_) device_->events().release(p.event);
-        prerequisites_.clear();
-    }
+    void release_prerequisites() noexcept { prerequisites_.clear(); }
 
     StreamState& checked_stream(Stream& stream, const char* what) const {
         if (&detail::Internals::stream_state(stream).device() != device_.get()) {
@@ -262,7 +269,7 @@ Graph end_capture(Stream& stream, Instantiate instantiate) {
     }
     if (result != sys::kSuccess) {
         if (graph != nullptr) device.api().graph_destroy(graph);
-        for (GraphPrerequisite& p : prerequisites) device.events().release(p.event);
+        prerequisites.clear();
         release_capture(device, id, nullptr);
         device.check(result, failed);
     }

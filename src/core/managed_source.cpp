@@ -52,10 +52,11 @@ class ManagedSource final : public MemorySource {
             // Note: cuMemFree is not stream-ordered, so every use must be complete first: wait on the host
             // for each one's event, or for the home stream when it was the only user (its later work
             // orders after its own use anyway).
-            if (uses.empty()) uses.push_back({home.shared_from_this(), nullptr});
+            if (uses.empty()) uses.push_back({home.shared_from_this(), {}});
             for (StreamUse& use : uses) {
-                if (use.event == nullptr) use.event = use.stream->mark();
-                device_.check(api.event_synchronize(use.event), sys::Entry::event_synchronize);
+                if (!use.event) use.event = use.stream->mark();
+                if (!use.event) continue;  // a retired stream whose work is known complete
+                device_.check(api.event_synchronize(use.event->handle()), sys::Entry::event_synchronize);
                 AtomicCounters::bump(device_.counters().event_synchronizes);
             }
             waited = true;
@@ -78,9 +79,6 @@ class ManagedSource final : public MemorySource {
             AtomicCounters::bump(device_.counters().driver_frees);
             live_allocations_.fetch_sub(1, std::memory_order_relaxed);
             live_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
-        }
-        for (StreamUse& use : uses) {
-            if (use.event != nullptr) device_.events().release(use.event);
         }
     }
 

@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/timeline.hpp"
 #include "cudarc/allocator.hpp"
 #include "cudarc/detail/buffer.hpp"
 #include "sys/driver_api.hpp"
@@ -17,6 +18,14 @@ namespace cudarc::detail {
 
 class DeviceState;
 class StreamState;
+
+// One stream's use of a buffer, as a memory source or a release queue receives it. The event, when set,
+// completes after the use; when not, the use is the home stream's own (it orders the free itself) or the
+// receiver records one when it needs it (StreamState::mark).
+struct StreamUse {
+    std::shared_ptr<StreamState> stream;
+    EventRef event;
+};
 
 struct MemoryBlock {
     DevicePtr ptr = 0;
@@ -32,7 +41,7 @@ class MemorySource {
     // `bytes` > 0, ordered on `stream`. Throws cudarc::OutOfMemory or cudarc::Error.
     [[nodiscard]] virtual MemoryBlock allocate(std::size_t bytes, StreamState& stream) = 0;
     // Frees `block`, allocated on `home`, after every use in `uses` (events may still be null; the source
-    // records them as needed and takes ownership). Never throws: see Note [Free after a failed record].
+    // records them as needed). Never throws: see Note [Free after a failed record].
     //
     // Note [Free after a failed record]
     // Memory used on several streams is freed (or goes back to a cache) only after an event per use. When

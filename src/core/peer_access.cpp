@@ -7,55 +7,60 @@
 #include <algorithm>
 #include <utility>
 
+#include "core/buffer.hpp"
 #include "core/capture.hpp"
 #include "core/device_state.hpp"
-#include "core/hazard_tracker.hpp"
+#include "core/operation.hpp"
 #include "cudarc/device.hpp"
 #include "cudarc/stream.hpp"
 
 namespace cudarc {
 namespace detail {
 
-void order_uses_on_own_device(DeviceState& device, StreamState* home, std::vector<StreamUse>& uses) noexcept {
-    const auto elsewhere = [&](const StreamUse& use) { return &use.stream->device() != &device; };
+void order_uses_on_own_device(DeviceState& device, StreamState* home,
+                              std::vector<TimelineUse>& uses) noexcept {
+    const auto elsewhere = [&](const TimelineUse& use) { return &use.stream->device() != &device; };
     if (std::none_of(uses.begin(), uses.end(), elsewhere)) return;  // the common case: nothing to do
     StreamState& waiter = home != nullptr && home->alive() ? *home : *device.default_stream_state();
     bool waited = false;
-    for (StreamUse& use : uses) {
+    for (TimelineUse& use : uses) {
         if (!elsewhere(use)) continue;
         DeviceState& other = use.stream->device();
         try {
-            wait_for_use(waiter, *use.stream, use.event);  // Note [Cross-stream ordering]
+            waiter.timeline().wait_for(*use.timeline, use.position);  // Note [Cross-stream ordering]
             waited = true;
         } catch (const Error& error) {
             // No wait could be enqueued: wait on the host rather than free memory another device may
             // still use.
             device.defer(error);
-            if (use.event != nullptr) {
-                const auto scope = other.bind_or_defer();
-                other.defer(other.api().event_synchronize(use.event), sys::Entry::event_synchronize);
-                AtomicCounters::bump(other.counters().event_synchronizes);
-            } else {
+            try {
+                const EventRef event = use.timeline->event_covering(use.position);
+                if (event) {
+                    const auto scope = other.bind_or_defer();
+                    other.defer(other.api().event_synchronize(event->handle()),
+                                sys::Entry::event_synchronize);
+                    AtomicCounters::bump(other.counters().event_synchronizes);
+                }
+            } catch (...) {
                 other.synchronize_noexcept();
             }
         } catch (...) {
             other.synchronize_noexcept();
         }
-        if (use.event != nullptr) other.events().release(use.event);
-        use.event = nullptr;
         use.stream.reset();
     }
-    std::erase_if(uses, [](const StreamUse& use) { return !use.stream; });
+    std::erase_if(uses, [](const TimelineUse& use) { return !use.stream; });
     if (!waited) return;
-    // The waiter's work from here on follows those uses; an event it recorded before does not.
+    // The waiter's work from here on follows those uses: whoever needs an event for its use records one
+    // after the waits (everything it has submitted so far).
     const auto it = std::find_if(uses.begin(), uses.end(),
-                                 [&](const StreamUse& use) { return use.stream.get() == &waiter; });
+                                 [&](const TimelineUse& use) { return use.timeline == &waiter.timeline(); });
     if (it != uses.end()) {
-        if (it->event != nullptr) device.events().release(std::exchange(it->event, nullptr));
+        it->position = kEverythingSoFar;
         return;
     }
     try {
-        uses.push_back(StreamUse{waiter.shared_from_this(), nullptr});
+        uses.push_back(TimelineUse{waiter.shared_from_this(), &waiter.timeline(), kEverythingSoFar});
     } catch (...) {
         device.synchronize_noexcept();  // no memory for the entry: the waits complete on the host instead
     }
@@ -63,52 +68,39 @@ void order_uses_on_own_device(DeviceState& device, StreamState* home, std::vecto
 
 void copy_across_devices(Stream& stream, Buffer& dst, DevicePtr dst_ptr, Buffer& src, DevicePtr src_ptr,
                          std::size_t bytes) {
-    if (!dst.device() || !src.device())
-        throw Error("cudarc: use of an empty (default-constructed or moved-from) slice");
-    DeviceState& device = detail::Internals::stream_state(stream).device();
-    if (&device != dst.device().get() && &device != src.device().get()) {
+    StreamState& s = detail::Internals::stream_state(stream);
+    DeviceState& device = s.device();
+    if (&device != &dst.device() && &device != &src.device()) {
         throw Error(
             fmt::format("cudarc::copy: the copy runs from device {} to device {}, the stream is on device "
-                        "{}: use a stream of "
-                        "either device",
+                        "{}: use a stream of either device",
                         src.device_ordinal(), dst.device_ordinal(), device.ordinal()));
     }
+    const auto src_offset = static_cast<std::size_t>(src_ptr - src.ptr());
+    const auto dst_offset = static_cast<std::size_t>(dst_ptr - dst.ptr());
     if (captures_underway.load(std::memory_order_relaxed) != 0) {
-        const auto src_offset = static_cast<std::size_t>(src_ptr - src.ptr());
-        const auto dst_offset = static_cast<std::size_t>(dst_ptr - dst.ptr());
         refuse_across_devices_in_capture(
-            "cudarc::copy", detail::Internals::stream_state(stream), src.device_ordinal(),
-            dst.device_ordinal(),
-            capture_would_take(src.hazards(), detail::Internals::stream_state(stream), src_offset, bytes,
-                               Access::read) ||
-                capture_would_take(dst.hazards(), detail::Internals::stream_state(stream), dst_offset, bytes,
-                                   Access::write));
+            "cudarc::copy", s, src.device_ordinal(), dst.device_ordinal(),
+            capture_would_take(src.hazards(), s, src_offset, bytes, Access::read) ||
+                capture_would_take(dst.hazards(), s, dst_offset, bytes, Access::write));
     }
     const sys::DriverApi& api = device.api();
     const auto memcpy_peer_async = sys::require(api, api.memcpy_peer_async, sys::Entry::memcpy_peer_async);
     // Note: a copy needs no peer access: without it the driver stages the copy through host memory.
-    src.hazards().before_access(detail::Internals::stream_state(stream),
-                                static_cast<std::size_t>(src_ptr - src.ptr()), bytes, Access::read);
-    dst.hazards().before_access(detail::Internals::stream_state(stream),
-                                static_cast<std::size_t>(dst_ptr - dst.ptr()), bytes, Access::write);
+    Operation op(s);
+    op.access(src.hazards(), src_offset, bytes, Access::read);
+    op.access(dst.hazards(), dst_offset, bytes, Access::write);
+    op.order();
     const auto scope = device.bind();
-    device.check(memcpy_peer_async(dst_ptr, dst.device()->context(), src_ptr, src.device()->context(), bytes,
-                                   stream.native()),
+    device.check(memcpy_peer_async(dst_ptr, dst.device().context(), src_ptr, src.device().context(), bytes,
+                                   s.handle()),
                  sys::Entry::memcpy_peer_async);
-    src.hazards().after_access(detail::Internals::stream_state(stream));
-    dst.hazards().after_access(detail::Internals::stream_state(stream));
+    op.complete();
 }
 
 void join_across_devices(StreamState& waiter, StreamState& other) {
     // An event of `other`'s device, waited for on `waiter`'s (Note [Cross-stream ordering]).
-    sys::Event event = nullptr;
-    try {
-        wait_for_use(waiter, other, event);
-    } catch (...) {
-        if (event != nullptr) other.device().events().release(event);
-        throw;
-    }
-    if (event != nullptr) other.device().events().release(event);  // safe: the wait captured its state
+    waiter.timeline().wait_for(other.timeline(), kEverythingSoFar);
 }
 
 void throw_other_device_buffer(const char* what, int owner, int user) {

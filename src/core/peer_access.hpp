@@ -4,10 +4,9 @@
 // between devices runs on one stream and touches both buffers, and a launch, copy or collective may use
 // another device's memory once peer access is enabled. The rules stay those of one device (Note [Range
 // hazards]): an access waits for the conflicting earlier uses on other streams. Only the mechanics differ:
-//  - every wait goes through wait_for_use (Note [Cross-stream ordering]), which records the event on the
-//    earlier use's stream, from that stream's device's pool (and the tracker returns it there), and makes
-//    the waiting stream's device enqueue the wait (cuStreamWaitEvent takes an event of another device) and
-//    count it;
+//  - every wait goes through the timelines (Note [Cross-stream ordering] in core/operation.hpp), which
+//    record the event on the earlier use's stream, from that stream's device's pool, and make the waiting
+//    stream's device enqueue the wait (cuStreamWaitEvent takes an event of another device) and count it;
 //  - when a buffer is freed or a borrowed one released, a stream of the buffer's device first waits for every
 //    use on another device (order_uses_on_own_device), so that memory sources and the release queue, whose
 //    events and pools are per device, only ever see uses of their own device.
@@ -16,6 +15,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "core/hazard_state.hpp"
 #include "cudarc/detail/buffer.hpp"
 
 namespace cudarc::detail {
@@ -24,11 +24,12 @@ class DeviceState;
 class StreamState;
 
 // Replaces the uses in `uses` made on another device than `device` by one use of `home` (or, when `home` is
-// null or retired, of `device`'s default stream), after making that stream wait for each of them; an event
-// `uses` held for that stream no longer covers the waits and is dropped, so whoever needs one records it
-// afresh. Never throws: when a wait cannot be enqueued the host waits for the use instead (counted on the
-// use's device, the error deferred to `device`).
-void order_uses_on_own_device(DeviceState& device, StreamState* home, std::vector<StreamUse>& uses) noexcept;
+// null or retired, of `device`'s default stream), after making that stream wait for each of them; that
+// stream's use becomes "everything it submitted so far", which covers the waits. Never throws: when a wait
+// cannot be enqueued the host waits for the use instead (counted on the use's device, the error deferred
+// to `device`).
+void order_uses_on_own_device(DeviceState& device, StreamState* home,
+                              std::vector<TimelineUse>& uses) noexcept;
 
 // cudarc::copy between buffers of two devices, on `stream` (a stream of either device): cuMemcpyPeerAsync,
 // hazard-tracked on exactly the bytes copied.

@@ -6,8 +6,10 @@
 #include <utility>
 #include <vector>
 
+#include "core/buffer.hpp"
 #include "core/capture.hpp"
 #include "core/device_state.hpp"
+#include "core/operation.hpp"
 #include "cudarc/device.hpp"
 
 namespace cudarc::detail {
@@ -79,16 +81,19 @@ void PinnedAllocation::release() noexcept {
         // the context-wide fallback below, would invalidate the capture): the memory is freed once the copy's
         // event has completed (Note [Deferred release]); without memory to queue it, it is leaked.
         auto* queued = new (std::nothrow) QueuedPinnedFree{device_.get(), data_};
-        std::vector<sys::Event> events;
+        std::vector<EventRef> events;
+        auto* shared = new (std::nothrow) SharedEvent(*device_, last_copy_, 0, 0);
         try {
-            events.push_back(last_copy_);
+            if (shared != nullptr) events.push_back(EventRef::adopt(shared));
         } catch (...) {  // NOLINT(bugprone-empty-catch): handled below, as no memory for `queued`
+            EventRef::adopt(shared);  // gives the event back
+            shared = nullptr;
         }
         if (queued != nullptr && !events.empty()) {
             device_->releases().add(std::move(events), ReleaseHook{&free_queued_pinned, queued});
         } else {
             delete queued;
-            device_->events().release(last_copy_);
+            if (shared == nullptr) device_->events().release(last_copy_);
         }
         last_copy_ = nullptr;
         data_ = nullptr;
@@ -148,25 +153,35 @@ void PinnedAllocation::note_copy(Stream& stream) {
     last_copy_ = event;
 }
 
-void PinnedAllocation::copy_from_device_async(Stream& stream, void* dst, Buffer& src, DevicePtr src_ptr,
-                                              std::size_t bytes) {
+void PinnedAllocation::copy_from_device_async(Stream& stream, void* dst, Buffer* src_buffer,
+                                              DevicePtr src_ptr, std::size_t bytes) {
     if (bytes == 0) return;
-    prepare_access(stream, src, src_ptr, bytes, Access::read);
+    Buffer& src = non_empty(src_buffer, "PinnedBuffer::copy_from_device_async");
+    StreamState& s = Internals::stream_state(stream);
+    src.check_stream(s);
+    Operation op(s);
+    op.access(src.hazards(), static_cast<std::size_t>(src_ptr - src.ptr()), bytes, Access::read);
+    op.order();
     const auto scope = device_->bind();
     device_->check(device_->api().memcpy_dtoh_async(dst, src_ptr, bytes, stream.native()),
                    sys::Entry::memcpy_dtoh_async);
-    finish_access(stream, src);
+    op.complete();
     note_copy(stream);
 }
 
-void PinnedAllocation::copy_to_device_async(Stream& stream, Buffer& dst, DevicePtr dst_ptr, const void* src,
-                                            std::size_t bytes) {
+void PinnedAllocation::copy_to_device_async(Stream& stream, Buffer* dst_buffer, DevicePtr dst_ptr,
+                                            const void* src, std::size_t bytes) {
     if (bytes == 0) return;
-    prepare_access(stream, dst, dst_ptr, bytes, Access::write);
+    Buffer& dst = non_empty(dst_buffer, "PinnedBuffer::copy_to_device_async");
+    StreamState& s = Internals::stream_state(stream);
+    dst.check_stream(s);
+    Operation op(s);
+    op.access(dst.hazards(), static_cast<std::size_t>(dst_ptr - dst.ptr()), bytes, Access::write);
+    op.order();
     const auto scope = device_->bind();
     device_->check(device_->api().memcpy_htod_async(dst_ptr, src, bytes, stream.native()),
                    sys::Entry::memcpy_htod_async);
-    finish_access(stream, dst);
+    op.complete();
     note_copy(stream);
 }
 

@@ -1,17 +1,20 @@
+// Note [Range hazards] (core/range_table.hpp).
 #include "core/range_table.hpp"
 
 #include <algorithm>
-#include <bit>
 #include <limits>
 
 namespace cudarc::detail {
 
-RangeTable::RangeTable(std::size_t bytes, int writer) : bytes_(bytes) {
+void RangeTable::reset(std::size_t bytes, Use writer) {
+    bytes_ = bytes;
+    ranges_.clear();
     if (bytes == 0) return;
-    Range whole{0, bytes, 0, 0, 0};
-    if (writer >= 0) whole.writers = whole.synced = bit(static_cast<unsigned>(writer));
-    ranges_.reserve(4);
-    ranges_.push_back(whole);
+    Range whole;
+    whole.begin = 0;
+    whole.end = bytes;
+    if (writer.timeline != nullptr) whole.writers.assign_one(writer);
+    ranges_.push_back(std::move(whole));
 }
 
 std::size_t RangeTable::index_of(std::size_t pos) const noexcept {
@@ -21,77 +24,37 @@ std::size_t RangeTable::index_of(std::size_t pos) const noexcept {
     return static_cast<std::size_t>(it - ranges_.begin());
 }
 
-RangeTable::Mask RangeTable::conflicts(std::size_t begin, std::size_t end, unsigned slot,
-                                       Access access) const {
-    return conflicts_of(begin, end, bit(slot), access);
-}
-
-RangeTable::Mask RangeTable::conflicts_without_slot(std::size_t begin, std::size_t end, Access access) const {
-    return conflicts_of(begin, end, 0, access);
-}
-
-RangeTable::Mask RangeTable::conflicts_of(std::size_t begin, std::size_t end, Mask self,
-                                          Access access) const {
-    if (begin >= end) return 0;
-    Mask waits = 0;
-    for (std::size_t i = index_of(begin); i < ranges_.size() && ranges_[i].begin < end; ++i) {
-        const Range& r = ranges_[i];
-        if (access == Access::write) {
-            waits |= r.writers | r.readers;
-        } else if ((r.synced & self) == 0) {
-            waits |= r.writers;
-        }
-    }
-    return waits & ~self;
-}
-
-bool RangeTable::synced_over(std::size_t begin, std::size_t end, unsigned slot) const noexcept {
-    const Mask self = bit(slot);
-    for (std::size_t i = index_of(begin); i < ranges_.size() && ranges_[i].begin < end; ++i) {
-        if ((ranges_[i].synced & self) == 0) return false;
-    }
-    return true;
-}
-
 std::size_t RangeTable::split_at(std::size_t pos) {
     if (pos >= bytes_) return ranges_.size();
     const std::size_t i = index_of(pos);
     if (ranges_[i].begin == pos) return i;
-    Range upper = ranges_[i];
+    Range upper = ranges_[i];  // may throw: nothing changed yet
     upper.begin = pos;
+    ranges_.insert(ranges_.begin() + static_cast<std::ptrdiff_t>(i) + 1, std::move(upper));
     ranges_[i].end = pos;
-    ranges_.insert(ranges_.begin() + static_cast<std::ptrdiff_t>(i) + 1, upper);
     return i + 1;
 }
 
-void RangeTable::apply(std::size_t begin, std::size_t end, unsigned slot, Access access) {
+void RangeTable::apply(std::size_t begin, std::size_t end, Use use, Access access) {
     if (begin >= end) return;
-    const Mask self = bit(slot);
-    // Note: room for the two splits first, so that nothing below can throw half way.
-    ranges_.reserve(ranges_.size() + 2);
     const std::size_t first = split_at(begin);
     const std::size_t last = split_at(end);  // one past the accessed ranges
     for (std::size_t i = first; i < last; ++i) {
         Range& r = ranges_[i];
         if (access == Access::write) {
-            r.writers = self;
-            r.readers = 0;
-            r.synced = self;
+            r.writers.assign_one(use);
+            r.readers.clear();
         } else {
-            r.synced |= self;
-            if ((r.writers & self) == 0) r.readers |= self;
+            r.readers.set(use);
         }
     }
     coalesce(first == 0 ? 0 : first - 1, std::min(last, ranges_.size() - 1));
     enforce_limit();
 }
 
-void RangeTable::add_reader_everywhere(unsigned slot) {
-    const Mask self = bit(slot);
-    for (Range& r : ranges_) {
-        if ((r.writers & self) == 0) r.readers |= self;
-    }
-    coalesce(0, ranges_.empty() ? 0 : ranges_.size() - 1);
+void RangeTable::add_reader_everywhere(Use use) {
+    for (Range& r : ranges_) r.readers.set(use);
+    if (!ranges_.empty()) coalesce(0, ranges_.size() - 1);
 }
 
 void RangeTable::coalesce(std::size_t first, std::size_t last) noexcept {
@@ -100,26 +63,37 @@ void RangeTable::coalesce(std::size_t first, std::size_t last) noexcept {
     for (std::size_t i = first + 1; i <= last; ++i) {
         if (ranges_[out].same_state(ranges_[i])) {
             ranges_[out].end = ranges_[i].end;
-        } else {
-            ranges_[++out] = ranges_[i];
+        } else if (++out != i) {
+            ranges_[out] = std::move(ranges_[i]);
         }
     }
     ranges_.erase(ranges_.begin() + static_cast<std::ptrdiff_t>(out) + 1,
                   ranges_.begin() + static_cast<std::ptrdiff_t>(last) + 1);
 }
 
-void RangeTable::enforce_limit() noexcept {
+namespace {
+// How much precision merging two states loses: the uses one has and the other lacks (a timeline present in
+// both at different positions costs nothing: the merge keeps its later position, a small extra wait).
+template <typename Uses>
+int difference(const Uses& a, const Uses& b) noexcept {
+    int cost = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) cost += b.find(a[i].timeline) == nullptr ? 1 : 0;
+    for (std::size_t i = 0; i < b.size(); ++i) cost += a.find(b[i].timeline) == nullptr ? 1 : 0;
+    return cost;
+}
+}  // namespace
+
+void RangeTable::enforce_limit() {
     while (ranges_.size() > kMaxRanges) {
-        // The neighbours whose states differ in the fewest slots lose the least precision by merging;
-        // among equals, the pair covering the fewest bytes.
+        // The neighbours whose states differ in the fewest timelines lose the least precision by
+        // merging; among equals, the pair covering the fewest bytes.
         std::size_t best = 0;
         int best_cost = std::numeric_limits<int>::max();
         std::size_t best_bytes = std::numeric_limits<std::size_t>::max();
         for (std::size_t i = 0; i + 1 < ranges_.size(); ++i) {
             const Range& a = ranges_[i];
             const Range& b = ranges_[i + 1];
-            const int cost = std::popcount(a.writers ^ b.writers) + std::popcount(a.readers ^ b.readers) +
-                             std::popcount(a.synced ^ b.synced);
+            const int cost = difference(a.writers, b.writers) + difference(a.readers, b.readers);
             const std::size_t span = b.end - a.begin;
             if (cost < best_cost || (cost == best_cost && span < best_bytes)) {
                 best = i;
@@ -127,28 +101,32 @@ void RangeTable::enforce_limit() noexcept {
                 best_bytes = span;
             }
         }
-        Range& a = ranges_[best];
+        Range merged = ranges_[best];  // may throw: nothing changed yet
         const Range& b = ranges_[best + 1];
-        a.end = b.end;
-        a.writers |= b.writers;
-        a.readers |= b.readers;
-        a.synced &= b.synced;
+        merged.end = b.end;
+        for (std::size_t i = 0; i < b.writers.size(); ++i) merged.writers.raise(b.writers[i]);
+        for (std::size_t i = 0; i < b.readers.size(); ++i) merged.readers.raise(b.readers[i]);
+        ranges_[best] = std::move(merged);
         ranges_.erase(ranges_.begin() + static_cast<std::ptrdiff_t>(best) + 1);
         coalesce(best == 0 ? 0 : best - 1, std::min(best + 1, ranges_.size() - 1));
     }
 }
 
-RangeTable::Mask RangeTable::used() const noexcept {
-    Mask mask = 0;
-    for (const Range& r : ranges_) mask |= r.writers | r.readers;
-    return mask;
+bool RangeTable::conflicts(std::size_t begin, std::size_t end, Access access) const noexcept {
+    if (begin >= end) return false;
+    for (std::size_t i = index_of(begin); i < ranges_.size() && ranges_[i].begin < end; ++i) {
+        const Range& r = ranges_[i];
+        if (!r.writers.empty() || (access == Access::write && !r.readers.empty())) return true;
+    }
+    return false;
 }
 
-int RangeTable::sole_writer() const noexcept {
-    if (ranges_.size() != 1) return -1;
+Timeline* RangeTable::sole_owner() const noexcept {
+    if (ranges_.size() != 1) return nullptr;
     const Range& r = ranges_.front();
-    if (r.readers != 0 || std::popcount(r.writers) != 1 || r.synced != r.writers) return -1;
-    return std::countr_zero(r.writers);
+    if (r.writers.size() != 1) return nullptr;
+    Timeline* owner = r.writers[0].timeline;
+    return r.readers.only(owner) ? owner : nullptr;
 }
 
 }  // namespace cudarc::detail

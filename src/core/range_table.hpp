@@ -1,6 +1,6 @@
-// detail::RangeTable — which streams wrote and read which byte ranges of one buffer. Pure bookkeeping:
-// no driver, no events; streams are slot numbers (0..63). The hazard tracker (buffer.cpp) maps streams to
-// slots and turns the conflicts it reports into event waits. Host tests drive it directly.
+// detail::RangeTable — which streams wrote and read which byte ranges of one buffer, as positions on their
+// timelines (Note [Stream timelines] in core/timeline.hpp). Pure bookkeeping: no driver, no events, no
+// locks (the hazard state holds its lock around every call). Host tests drive it directly.
 //
 // Note [Range hazards]
 // ~~~~~~~~~~~~~~~~~~~~
@@ -8,26 +8,22 @@
 // concurrently; per-buffer tracking serialized them. An access through a DeviceView covers exactly its
 // bytes [begin, end) of the buffer.
 //
-// Approach: the buffer is covered by contiguous, sorted ranges. Each range keeps three sets of slots
-// (bit masks):
-//  - writers: the streams whose writes later accesses must order after (one, except after a merge);
-//  - readers: the streams that read since those writes (later writes must order after them);
-//  - synced: the streams already ordered after every writer (a second read there needs no wait).
-// An access on slot S over [begin, end):
-//  - read: waits for the writers of every overlapping range where S is not synced; S becomes synced and,
-//    unless it is a writer there, a reader;
-//  - write: waits for every writer and reader of the overlapping ranges; S becomes the only writer.
-// The access splits the ranges at its ends; afterwards neighbours in the same state coalesce, so a stream
-// that writes adjacent pieces leaves one range, and a write of the whole buffer leaves one.
+// Approach: the buffer is covered by contiguous, sorted ranges. Each range keeps two sets of uses, at most
+// one per timeline, each a (timeline, position):
+//  - writers: the uses later accesses must follow (one, except after a merge);
+//  - readers: the reads since those writes (later writes must follow them).
+// An access by timeline T over [begin, end):
+//  - read: needs the writers (other than T) of every overlapping range; T becomes a reader there;
+//  - write: needs every writer and reader (other than T); T becomes the only writer.
+// A need that the accessing stream has already waited for is skipped by its vector clock (core/
+// timeline.hpp), which replaces per-range "already synced" bits. The access splits the ranges at its ends;
+// afterwards neighbours in the same state coalesce, so a write of the whole buffer leaves one range. There
+// is no bound on the number of streams: each range holds as many uses as streams touched it.
 //
 // Limits: at most kMaxRanges ranges. Past that, the two neighbouring ranges whose states differ least
-// merge conservatively: writers and readers are united, synced is intersected. The merged state orders
-// every later access after at least what the separate states did: an extra wait is possible, a missing one
-// never. Streams beyond kMaxSlots are handled by the tracker (it relabels the least recently used slot
-// after making the new stream wait for it; see buffer.cpp).
-//
-// Invariant: synced ⊆ writers ∪ readers in every range, so a slot absent from used() is absent from every
-// mask and may be given to another stream.
+// merge conservatively: writers and readers are united, keeping the later position of each timeline
+// (kTrackedSoFar and kEverythingSoFar count as later than any position). The merged state orders every
+// later access after at least what the separate states did: an extra wait is possible, a missing one never.
 #pragma once
 
 #include <cstddef>
@@ -35,57 +31,160 @@
 #include <span>
 #include <vector>
 
+#include "core/timeline.hpp"
 #include "cudarc/detail/buffer.hpp"
 
 namespace cudarc::detail {
 
+// One use of a buffer: the work of `timeline` up to `position` (or kTrackedSoFar / kEverythingSoFar).
+struct Use {
+    Timeline* timeline = nullptr;
+    std::uint64_t position = 0;
+    friend bool operator==(const Use&, const Use&) = default;
+};
+
+// A set of uses with at most one entry per timeline; the first N live inline.
+template <std::size_t N>
+class UseSet {
+  public:
+    UseSet() noexcept = default;
+    UseSet(const UseSet& other) : size_(other.size_), more_(other.more_) {
+        for (std::size_t i = 0; i < N; ++i) inline_[i] = other.inline_[i];
+    }
+    UseSet& operator=(const UseSet& other) {
+        if (this != &other) {
+            more_ = other.more_;
+            for (std::size_t i = 0; i < N; ++i) inline_[i] = other.inline_[i];
+            size_ = other.size_;
+        }
+        return *this;
+    }
+    UseSet(UseSet&&) noexcept = default;
+    UseSet& operator=(UseSet&&) noexcept = default;
+
+    [[nodiscard]] std::size_t size() const noexcept { return size_; }
+    [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
+    [[nodiscard]] const Use& operator[](std::size_t i) const noexcept {
+        return i < N ? inline_[i] : more_[i - N];
+    }
+    [[nodiscard]] Use& operator[](std::size_t i) noexcept { return i < N ? inline_[i] : more_[i - N]; }
+
+    // The entry of `timeline`, or null.
+    [[nodiscard]] Use* find(const Timeline* timeline) noexcept {
+        for (std::size_t i = 0; i < size_; ++i) {
+            if ((*this)[i].timeline == timeline) return &(*this)[i];
+        }
+        return nullptr;
+    }
+    [[nodiscard]] const Use* find(const Timeline* timeline) const noexcept {
+        return const_cast<UseSet*>(this)->find(timeline);
+    }
+    // A newer use of its timeline: replaces the older one (any event after the newer one covers the older),
+    // except an older kEverythingSoFar (untracked work), which no later position covers.
+    void set(Use use) {
+        if (Use* existing = find(use.timeline)) {
+            if (existing->position != kEverythingSoFar) *existing = use;
+            return;
+        }
+        push(use);
+    }
+    // Merging: keeps the later position of each timeline.
+    void raise(Use use) {
+        if (Use* existing = find(use.timeline)) {
+            if (use.position > existing->position) existing->position = use.position;
+            return;
+        }
+        push(use);
+    }
+    void assign_one(Use use) noexcept {
+        clear();
+        inline_[0] = use;
+        size_ = 1;
+    }
+    void clear() noexcept {
+        size_ = 0;
+        more_.clear();
+    }
+    // Whether every entry is `timeline`'s.
+    [[nodiscard]] bool only(const Timeline* timeline) const noexcept {
+        for (std::size_t i = 0; i < size_; ++i) {
+            if ((*this)[i].timeline != timeline) return false;
+        }
+        return true;
+    }
+    // The same uses, in any order.
+    [[nodiscard]] bool same_as(const UseSet& other) const noexcept {
+        if (size_ != other.size_) return false;
+        for (std::size_t i = 0; i < size_; ++i) {
+            const Use* mine = other.find((*this)[i].timeline);
+            if (mine == nullptr || mine->position != (*this)[i].position) return false;
+        }
+        return true;
+    }
+
+  private:
+    void push(Use use) {
+        if (size_ >= N)
+            more_.push_back(use);  // may throw: nothing changed yet
+        else
+            inline_[size_] = use;
+        ++size_;
+    }
+
+    Use inline_[N];
+    std::size_t size_ = 0;
+    std::vector<Use> more_;
+};
+
 class RangeTable {
   public:
-    using Mask = std::uint64_t;
-    static constexpr unsigned kMaxSlots = 64;
-    static constexpr std::size_t kMaxRanges = 128;
+    static constexpr std::size_t kMaxRanges = 512;
+    using Uses = UseSet<2>;
 
     struct Range {
         std::size_t begin = 0;
         std::size_t end = 0;
-        Mask writers = 0;
-        Mask readers = 0;
-        Mask synced = 0;
+        Uses writers;
+        Uses readers;
         [[nodiscard]] bool same_state(const Range& other) const noexcept {
-            return writers == other.writers && readers == other.readers && synced == other.synced;
+            return writers.same_as(other.writers) && readers.same_as(other.readers);
         }
     };
 
-    [[nodiscard]] static constexpr Mask bit(unsigned slot) noexcept { return Mask{1} << slot; }
+    RangeTable() = default;
+    // A buffer of `bytes` whose every byte was last written by `writer` (none when writer.timeline is null).
+    RangeTable(std::size_t bytes, Use writer) { reset(bytes, writer); }
+    void reset(std::size_t bytes, Use writer);
 
-    // A buffer of `bytes` whose every byte was last written by `writer` (or untouched when `writer` < 0).
-    explicit RangeTable(std::size_t bytes, int writer = -1);
+    // Calls need(use) for every use an access by `self` to [begin, end) must follow (never `self`'s own).
+    // kTrackedSoFar uses over those bytes become concrete first (the position their timeline has now: a
+    // concurrent access by that timeline elsewhere in the buffer keeps its "so far"), which is why this
+    // splits ranges and is not const. Requires begin < end <= bytes(). May throw (no memory for a split),
+    // leaving an equivalent table.
+    template <typename Need>
+    void collect(std::size_t begin, std::size_t end, const Timeline* self, Access access, Need&& need);
+    // Records the access once its work is enqueued.
+    void apply(std::size_t begin, std::size_t end, Use use, Access access);
+    // A use of the whole buffer outside the library's knowledge (record_stream): later writers wait for it.
+    void add_reader_everywhere(Use use);
 
-    // The slots that an access on `slot` to [begin, end) must wait for (never `slot` itself).
-    // Requires begin <= end <= bytes().
-    [[nodiscard]] Mask conflicts(std::size_t begin, std::size_t end, unsigned slot, Access access) const;
-    // The slots that an access to [begin, end) by a stream with no slot here would wait for.
-    [[nodiscard]] Mask conflicts_without_slot(std::size_t begin, std::size_t end, Access access) const;
-    // Whether `slot` is synced over every byte of [begin, end): then a read by it there waits for nothing and
-    // changes no range (synced ⊆ writers ∪ readers), so the tracker can skip conflicts() and apply().
-    [[nodiscard]] bool synced_over(std::size_t begin, std::size_t end, unsigned slot) const noexcept;
-    // Records that access, once its waits are in place.
-    void apply(std::size_t begin, std::size_t end, unsigned slot, Access access);
-    // Records a use of the whole buffer by `slot` outside the library's knowledge (record_stream): later
-    // writers wait for it, and so does the free; nothing is waited for now.
-    void add_reader_everywhere(unsigned slot);
-
-    // Every slot some range still names.
-    [[nodiscard]] Mask used() const noexcept;
-    // The slot that alone wrote the whole buffer with nothing since, or -1.
-    [[nodiscard]] int sole_writer() const noexcept;
+    // Whether an access to [begin, end) by a timeline that never used the buffer would need anything.
+    [[nodiscard]] bool conflicts(std::size_t begin, std::size_t end, Access access) const noexcept;
+    // The timeline that alone wrote the whole buffer, with no other reader since, or null.
+    [[nodiscard]] Timeline* sole_owner() const noexcept;
+    // Calls f(use) for every use the table holds.
+    template <typename F>
+    void for_each_use(F&& f) const {
+        for (const Range& r : ranges_) {
+            for (std::size_t i = 0; i < r.writers.size(); ++i) f(r.writers[i]);
+            for (std::size_t i = 0; i < r.readers.size(); ++i) f(r.readers[i]);
+        }
+    }
 
     [[nodiscard]] std::span<const Range> ranges() const noexcept { return ranges_; }
     [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
 
   private:
-    // conflicts() for the slots in `self` (none, or one).
-    [[nodiscard]] Mask conflicts_of(std::size_t begin, std::size_t end, Mask self, Access access) const;
     // Index of the range containing byte `pos` (< bytes()).
     [[nodiscard]] std::size_t index_of(std::size_t pos) const noexcept;
     // Makes a range start at `pos`, returning its index (ranges().size() when pos == bytes()).
@@ -93,10 +192,29 @@ class RangeTable {
     // Merges neighbours in the same state among indices [first, last].
     void coalesce(std::size_t first, std::size_t last) noexcept;
     // Merges neighbours until at most kMaxRanges remain.
-    void enforce_limit() noexcept;
+    void enforce_limit();
 
-    std::size_t bytes_;
+    std::size_t bytes_ = 0;
     std::vector<Range> ranges_;
 };
+
+template <typename Need>
+void RangeTable::collect(std::size_t begin, std::size_t end, const Timeline* self, Access access,
+                         Need&& need) {
+    const std::size_t first = split_at(begin);
+    const std::size_t last = split_at(end);
+    const auto visit = [&](Uses& uses) {
+        for (std::size_t k = 0; k < uses.size(); ++k) {
+            Use& use = uses[k];
+            if (use.timeline == self) continue;
+            if (use.position == kTrackedSoFar) use.position = use.timeline->position();
+            need(use);
+        }
+    };
+    for (std::size_t i = first; i < last; ++i) {
+        visit(ranges_[i].writers);
+        if (access == Access::write) visit(ranges_[i].readers);
+    }
+}
 
 }  // namespace cudarc::detail

@@ -28,81 +28,45 @@ StreamState::StreamState(DeviceState& device, sys::Stream handle, StreamOwnershi
       ownership_(ownership),
       priority_(priority),
       key_(key_for(this, handle, ownership)),
+      timeline_(*this, nullptr),
       scratch_(device.events().acquire()) {}
 
 StreamState::~StreamState() {
-    device_.events().release(final_event_);
     device_.events().release(scratch_);
-    device_.events().release(precapture_);
 }
 
-void StreamState::enter_capture(CaptureSession* capture, sys::Event precapture_mark) noexcept {
+void StreamState::enter_capture(CaptureSession* capture, EventRef precapture_mark) noexcept {
     capture_ = capture;
-    precapture_ = precapture_mark;
+    precapture_ = std::move(precapture_mark);
 }
 
 void StreamState::leave_capture() noexcept {
     capture_ = nullptr;
-    device_.events().release(std::exchange(precapture_, nullptr));
+    precapture_ = EventRef();
 }
 
-sys::Event StreamState::take_precapture_mark() noexcept {
-    return std::exchange(precapture_, nullptr);
-}
-
-std::uintptr_t StreamState::event_key() const noexcept {
-    // Note [Capture overlay]: a captured stream's mark() is recorded on a stream outside the capture.
-    if (capture_ != nullptr) [[unlikely]]
-        return capture_->outside_key();
-    return alive() ? key_ : device_.default_stream_state()->key();
-}
-
-sys::Event StreamState::mark() {
-    // Note [Capture overlay]: for the outside, a captured stream's work is what it ran before joining.
-    if (capture_ != nullptr) [[unlikely]]
-        return capture_->mark_outside(*this);
-    const auto scope = device_.bind();
-    if (ownership_ != StreamOwnership::foreign) {
-        if (alive()) [[likely]]
-            return device_.record_event(handle_);
-        std::lock_guard lock(mutex_);
-        return device_.record_event(device_.default_stream_state()->handle());
-    }
-    std::lock_guard lock(mutex_);
-    if (alive()) return device_.record_event(handle_);
-    // Note [Stream identity]: the stream may be gone; its final event stands for its work. Hand out a fresh
-    // event (callers own what they get) that the default stream records after waiting for that event.
-    sys::Stream proxy = device_.default_stream_state()->handle();
-    if (final_event_ != nullptr) device_.wait_event(proxy, final_event_);
-    return device_.record_event(proxy);
-}
-
-void StreamState::order_before(sys::Stream waiter) {
+void StreamState::order_before(StreamState& waiter) {
     if (captures_underway.load(std::memory_order_relaxed) != 0 && order_before_in_capture(*this, waiter))
         return;  // Note [Capture overlay]
-    std::unique_lock<std::mutex> lock;
-    if (ownership_ == StreamOwnership::foreign) lock = std::unique_lock(mutex_);
-    if (!alive()) {
-        if (final_event_ != nullptr) {
-            const auto scope = device_.bind();
-            device_.wait_event(waiter, final_event_);
-        }
-        return;
-    }
-    if (waiter == handle_) return;
-    const auto scope = device_.bind();
-    device_.record_into(scratch_, handle_);
-    device_.wait_event(waiter, scratch_);
+    if (&waiter == this || (waiter.handle() == handle_ && alive())) return;
+    timeline_.order_before(waiter.timeline(), scratch_);
 }
 
 void StreamState::retire(sys::Event final_event) noexcept {
-    std::lock_guard lock(mutex_);
-    if (!alive()) {
-        device_.events().release(final_event);
-        return;
+    EventRef final_ref;
+    if (final_event != nullptr) {
+        auto* shared = new (std::nothrow) SharedEvent(device_, final_event, timeline_.position(), key_);
+        if (shared == nullptr) {
+            // Without the object, wait for the work here (counted) and retire it as complete.
+            const auto scope = device_.bind_or_defer();
+            device_.defer(device_.api().event_synchronize(final_event), sys::Entry::event_synchronize);
+            AtomicCounters::bump(device_.counters().event_synchronizes);
+            device_.events().release(final_event);
+        } else {
+            final_ref = EventRef::adopt(shared);
+        }
     }
-    final_event_ = final_event;
-    retired_.store(true, std::memory_order_release);
+    timeline_.retire(std::move(final_ref));
 }
 
 StreamPool::~StreamPool() {
@@ -125,7 +89,12 @@ std::shared_ptr<StreamState> StreamPool::acquire(int priority) {
     device_.check(device_.api().stream_create_with_priority(&stream, sys::kStreamNonBlocking, priority),
                   sys::Entry::stream_create_with_priority);
     try {
-        return std::make_shared<StreamState>(device_, stream, StreamOwnership::pooled, priority);
+        auto state = std::make_shared<StreamState>(device_, stream, StreamOwnership::pooled, priority);
+        // Room for every state ever made, so that release() never needs memory: a pooled state must live
+        // as long as the device, since buffers name its timeline (Note [Stream identity]).
+        std::lock_guard lock(mutex_);
+        free_.reserve(++created_);
+        return state;
     } catch (...) {
         device_.defer(device_.api().stream_destroy(stream), sys::Entry::stream_destroy);
         throw;
@@ -136,19 +105,8 @@ void StreamPool::release(std::shared_ptr<StreamState> state) noexcept {
     // Note [Capture overlay]: a captured stream stays out of the pool until its capture ends (whatever
     // another owner enqueued on it meanwhile would be captured).
     if (state->capture() != nullptr && state->capture()->keep_until_end(state)) return;
-    try {
-        std::lock_guard lock(mutex_);
-        free_.push_back(std::move(state));
-        return;
-    } catch (...) {
-    }
-    // Without memory to keep it, the stream is destroyed; its state (and so its handle value) may still be
-    // named by buffers, so it is retired first: they order after its final work, which is complete.
-    const auto scope = device_.bind_or_defer();
-    device_.defer(device_.api().stream_synchronize(state->handle()), sys::Entry::stream_synchronize);
-    AtomicCounters::bump(device_.counters().stream_synchronizes);
-    state->retire(nullptr);
-    device_.defer(device_.api().stream_destroy(state->handle()), sys::Entry::stream_destroy);
+    std::lock_guard lock(mutex_);
+    free_.push_back(std::move(state));  // never allocates: acquire() made room
 }
 
 void StreamPool::clear() noexcept {
@@ -215,7 +173,7 @@ void Stream::join_parent() noexcept {
         detail::capture_join_parent(*state_, *parent_))
         return;
     try {
-        state_->order_before(parent_->handle());
+        state_->order_before(*parent_);
         return;
     } catch (const Error& error) {
         device.defer(error);  // for Device::rethrow_deferred_error
@@ -273,11 +231,22 @@ void Stream::release() noexcept {
 }
 
 Stream Stream::wrap(const Device& device, NativeStream foreign) {
-    if (foreign == nullptr) {
+    if (foreign == nullptr || foreign == sys::legacy_stream()) {
         // Note [No legacy stream]. (The literal nullptr does not compile: stream.hpp.)
+        throw Error(fmt::format(
+            "cudarc: Stream::wrap: the stream is {}, which names the legacy stream; wrap a created "
+            "stream, or use device.default_stream() or device.create_stream()",
+            foreign == nullptr ? "null" : "CU_STREAM_LEGACY (0x1)"));
+    }
+    if (foreign == sys::per_thread_stream()) {
+        // Note [Stream identity]: hazard tracking takes two wrappers of one handle value for one queue of
+        // work; this value names a different stream on each thread, so two wrappers on two threads would
+        // never be ordered (stale data, silently).
         throw Error(
-            "cudarc: Stream::wrap: the stream is null, which names the legacy stream; wrap a created "
-            "stream, or use device.default_stream() or device.create_stream()");
+            "cudarc: Stream::wrap: the stream is CU_STREAM_PER_THREAD (0x2), which names a different stream "
+            "on "
+            "each thread; wrap a created stream (for the CUDA runtime's per-thread default stream, create a "
+            "stream instead), or use device.default_stream() or device.create_stream()");
     }
     const auto& state = detail::Internals::device_state(device);
     const auto scope = state->bind();
@@ -304,7 +273,7 @@ Stream Stream::fork(const StreamOptions& options) {
     Stream stream(device.shared_from_this(), pooled_stream_state(device, options), state_);
     // Note [Capture overlay]: a child of a captured stream takes part in the capture.
     if (state_->capture() != nullptr) state_->capture()->join(*stream.state_, detail::CaptureRole::forked);
-    state_->order_before(stream.state_->handle());
+    state_->order_before(*stream.state_);
     return stream;
 }
 
@@ -321,7 +290,7 @@ void Stream::join(const Stream& other) {
     }
     if (captures_underway.load(std::memory_order_relaxed) != 0)
         capture_prepare_join(*state_, detail::Internals::stream_state(other));
-    detail::Internals::stream_state(other).order_before(state_->handle());
+    detail::Internals::stream_state(other).order_before(*state_);
 }
 
 void Stream::wait(const Event& event) {

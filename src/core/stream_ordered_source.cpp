@@ -71,19 +71,18 @@ class StreamOrderedSource final : public MemorySource {
                 StreamState& freer = home.alive() ? home : *device_.default_stream_state();
                 for (StreamUse& use : uses) {
                     if (use.stream.get() == &freer) continue;
-                    if (use.event != nullptr) {
-                        device_.wait_event(freer.handle(), use.event);
+                    if (use.event) {
+                        device_.wait_event(freer.handle(), use.event->handle());
                     } else {
-                        use.stream->order_before(freer.handle());
+                        use.stream->order_before(freer);
                     }
                 }
-                if (&freer != &home) home.order_before(freer.handle());
+                if (&freer != &home) home.order_before(freer);
                 device_.defer(api.mem_free_async(block.ptr, freer.handle()), sys::Entry::mem_free_async);
             } else {
                 // cuMemFree is not stream-ordered: wait on the host for every use first (counted).
-                home.order_before(device_.default_stream_state()->handle());
-                for (StreamUse& use : uses)
-                    use.stream->order_before(device_.default_stream_state()->handle());
+                home.order_before(*device_.default_stream_state());
+                for (StreamUse& use : uses) use.stream->order_before(*device_.default_stream_state());
                 device_.check(api.stream_synchronize(device_.default_stream_state()->handle()),
                               sys::Entry::stream_synchronize);
                 AtomicCounters::bump(device_.counters().stream_synchronizes);
@@ -94,7 +93,6 @@ class StreamOrderedSource final : public MemorySource {
             device_.defer(error);
         } catch (...) {
         }
-        for (StreamUse& use : uses) device_.events().release(use.event);
     }
 
     // Note: memory whose cuMemFreeAsync is still queued on a stream is in use for the pool; it is released

@@ -12,8 +12,10 @@
 #include <cstring>
 #include <exception>
 
+#include "core/buffer.hpp"
 #include "core/capture.hpp"
 #include "core/device_state.hpp"
+#include "core/operation.hpp"
 #include "cudarc/nccl.hpp"
 #include "nccl/validation.hpp"
 #include "sys/nccl/nccl_api.hpp"
@@ -313,16 +315,16 @@ void Communicator::prepare(Stream& stream, const char* what, const detail::Colle
 
 void Communicator::check_buffer(const detail::CollectiveBuffer& buffer, const char* what,
                                 const char* role) const {
-    const auto& owner = buffer.buffer->device();
-    if (!owner) {
+    if (buffer.buffer == nullptr) {
         throw Error(fmt::format("{}: the {} is an empty (default-constructed or moved-from) DeviceSlice",
                                 what, role));
     }
-    if (owner.get() != device_.get()) {
+    const cudarc::detail::DeviceState& owner = buffer.buffer->device();
+    if (&owner != device_.get()) {
         throw Error(
             fmt::format("{}: the {} is on device {}, the communicator on device {} (each rank's buffers "
                         "live on its own device)",
-                        what, role, owner->ordinal(), device_->ordinal()));
+                        what, role, owner.ordinal(), device_->ordinal()));
     }
 }
 
@@ -332,48 +334,51 @@ bool Communicator::enqueued_at_group_end(bool point_to_point) const noexcept {
     return Group::innermost() != nullptr && (point_to_point || world_size_ > 1);
 }
 
-void Communicator::track(bool at_group_end, Stream& stream, const detail::CollectiveBuffer* send,
-                         const detail::CollectiveBuffer* recv) {
-    // Note: each operand covers its own bytes, as a launch's arguments do. An operation in place (or an
-    // all_gather whose send is a part of recv) reads bytes it also writes: the write alone orders them (a
-    // separate read would only wait for the same writer twice).
+namespace {
+// Calls f(buffer, access) for each operand, each covering its own bytes, as a launch's arguments do. An
+// operation in place (or an all_gather whose send is a part of recv) reads bytes it also writes: the write
+// alone orders them (a separate read would only wait for the same writer twice).
+template <typename F>
+void for_each_operand(const detail::CollectiveBuffer* send, const detail::CollectiveBuffer* recv, F&& f) {
     const bool read_is_written = send != nullptr && recv != nullptr && send->buffer == recv->buffer &&
                                  send->ptr >= recv->ptr && send->ptr + send->bytes <= recv->ptr + recv->bytes;
-    if (send != nullptr && !read_is_written) track_one(at_group_end, stream, *send, Access::read);
-    if (recv != nullptr) track_one(at_group_end, stream, *recv, Access::write);
+    if (send != nullptr && !read_is_written) f(*send, Access::read);
+    if (recv != nullptr) f(*recv, Access::write);
 }
 
-void Communicator::track_one(bool at_group_end, Stream& stream, const detail::CollectiveBuffer& buffer,
-                             Access access) {
-    if (at_group_end) {
-        Group* group = Group::innermost();
-        // Note [Hazard tracking inside a group]
-        group->pending_.push_back({&stream, buffer.buffer, buffer.ptr, buffer.bytes, access});
-        return;
-    }
-    cudarc::detail::prepare_access(stream, *buffer.buffer, buffer.ptr, buffer.bytes, access);
+void add_access(cudarc::detail::Operation& op, cudarc::detail::Buffer& buffer, DevicePtr ptr,
+                std::size_t bytes, Access access) {
+    op.access(buffer.hazards(), static_cast<std::size_t>(ptr - buffer.ptr()), bytes, access);
 }
+}  // namespace
 
-void Communicator::finish(bool at_group_end, Stream& stream, const detail::CollectiveBuffer* send,
-                          const detail::CollectiveBuffer* recv) noexcept {
-    if (at_group_end) return;  // the group finishes its accesses when it ends
-    // Note [NCCL and the current context]: the events are recorded in a scope of their own.
-    const auto scope = cudarc::detail::Internals::stream_state(stream).device().bind_or_defer();
-    if (send != nullptr) cudarc::detail::finish_access(stream, *send->buffer);
-    if (recv != nullptr && (send == nullptr || recv->buffer != send->buffer))
-        cudarc::detail::finish_access(stream, *recv->buffer);
-}
-
-// Every operation, once prepare() and its own checks passed: hazard tracking, the NCCL call under the
-// communicator's device, the accesses finished, the result checked. A null operand is absent (send and recv
-// have one buffer each); with one absent the operation is point to point.
+// Every operation, once prepare() and its own checks passed: hazard tracking (one operation: Note
+// [Cross-stream ordering]), the NCCL call under the communicator's device, the accesses recorded, the result
+// checked. A null operand is absent (send and recv have one buffer each); with one absent the operation is
+// point to point. Inside a group the tracking waits for the group's end (Note [Hazard tracking inside a
+// group]).
 template <typename Call>
 void Communicator::enqueue(Stream& stream, const char* call_name, const detail::CollectiveBuffer* send,
                            const detail::CollectiveBuffer* recv, Call&& call) {
-    const bool at_group_end = enqueued_at_group_end(send == nullptr || recv == nullptr);
-    track(at_group_end, stream, send, recv);
+    if (enqueued_at_group_end(send == nullptr || recv == nullptr)) {
+        Group* group = Group::innermost();
+        for_each_operand(send, recv, [&](const detail::CollectiveBuffer& b, Access access) {
+            group->pending_.push_back({&stream, b.buffer, b.ptr, b.bytes, access});
+        });
+        check_result(with_device(*device_, std::forward<Call>(call)), call_name);
+        return;
+    }
+    cudarc::detail::Operation op(cudarc::detail::Internals::stream_state(stream));
+    for_each_operand(send, recv, [&](const detail::CollectiveBuffer& b, Access access) {
+        add_access(op, *b.buffer, b.ptr, b.bytes, access);
+    });
+    op.order();
     const sys::NcclResult result = with_device(*device_, std::forward<Call>(call));
-    finish(at_group_end, stream, send, recv);
+    {
+        // Note [NCCL and the current context]: the event after it is recorded in a scope of its own.
+        const auto scope = cudarc::detail::Internals::stream_state(stream).device().bind_or_defer();
+        op.complete();
+    }
     check_result(result, call_name);
 }
 
@@ -495,24 +500,34 @@ void Group::end() {
         outer_->pending_.insert(outer_->pending_.end(), pending_.begin(), pending_.end());
         pending_.clear();
     }
-    // Note [Hazard tracking inside a group]: the waits go on the streams before NCCL enqueues the operations.
+    // Note [Hazard tracking inside a group]: the waits go on the streams before NCCL enqueues the operations:
+    // one operation per stream (at most one wait per source stream each).
+    std::vector<std::pair<cudarc::detail::StreamState*, std::unique_ptr<cudarc::detail::Operation>>>
+        operations;
     std::exception_ptr tracking_failure;
-    for (const PendingAccess& access : pending_) {
-        try {
-            cudarc::detail::prepare_access(*access.stream, *access.buffer, access.ptr, access.bytes,
-                                           access.access);
-        } catch (...) {
-            if (!tracking_failure) tracking_failure = std::current_exception();
+    try {
+        for (const PendingAccess& access : pending_) {
+            cudarc::detail::StreamState& s = cudarc::detail::Internals::stream_state(*access.stream);
+            auto it = std::find_if(operations.begin(), operations.end(),
+                                   [&](const auto& entry) { return entry.first == &s; });
+            if (it == operations.end()) {
+                operations.emplace_back(&s, std::make_unique<cudarc::detail::Operation>(s));
+                it = operations.end() - 1;
+            }
+            add_access(*it->second, *access.buffer, access.ptr, access.bytes, access.access);
         }
+        for (auto& [stream, op] : operations) op->order();
+    } catch (...) {
+        tracking_failure = std::current_exception();
     }
     // Note: the group must end whatever happened above: ncclGroupStart and ncclGroupEnd pair up per thread.
     const sys::NcclApi& nccl = api();
     // Note [NCCL and the current context]: it launches on each communicator's device.
     const sys::NcclResult result = nccl.group_end();
-    // The operations are on their streams now: record the events later waiters reuse (Note [Eager events]).
-    for (const PendingAccess& access : pending_) {
-        const auto scope = cudarc::detail::Internals::stream_state(*access.stream).device().bind_or_defer();
-        cudarc::detail::finish_access(*access.stream, *access.buffer);
+    // The operations are on their streams now: record their uses (Note [Stream timelines]).
+    for (auto& [stream, op] : operations) {
+        const auto scope = stream->device().bind_or_defer();
+        op->complete();
     }
     pending_.clear();
     if (tracking_failure) std::rethrow_exception(tracking_failure);

@@ -43,7 +43,7 @@ LaunchConfig update_config(const LaunchConfig& unorm, const KernelSet& set) {
 }
 
 // A device address as the kernels' pointer parameters take it. Note: the kernels reach the memory behind
-// these through their arguments or tables; hazard tracking knows of it through prepare_indirect_access.
+// these through their arguments or tables; hazard tracking knows of it through IndirectAccess.
 template <typename T>
 T* device_pointer(DevicePtr address) noexcept {
     return reinterpret_cast<T*>(static_cast<std::uintptr_t>(address));
@@ -302,10 +302,13 @@ void OptimizerState::store_step(Stream& stream, Group& g, const GroupOptions& gr
                                 std::int64_t count) {
     const abi::StepSettings settings = abi::make_step_settings(options.rule, group_options, scale);
     const KernelSet& set = kernels_for(g.layout.buckets.front().type);
-    prepare_indirect_access(stream, g.state.view());
+    IndirectAccess access(stream);
+    access.add(g.state.view());
+    access.order();
     auto* state = device_pointer<abi::StepState>(g.state.device_ptr() + g.layout.step_offset);
     launch(stream, LaunchConfig{1, 1}, set.store, state, settings.params, settings.schedule,
            static_cast<long long>(count));
+    access.done();
 }
 
 std::int64_t OptimizerState::device_step_count(Stream& stream, Group& g) {
@@ -330,13 +333,13 @@ void OptimizerState::upload_descriptors(Stream& stream, Group& g, std::size_t bu
                    descs.data());
 }
 
-void OptimizerState::prepare(Stream& stream, Group& g, std::span<const ParamTensor> tensors) {
+void OptimizerState::declare(IndirectAccess& access, Group& g, std::span<const ParamTensor> tensors) const {
     for (const ParamTensor& tensor : tensors) {
-        prepare_indirect_access(stream, tensor.param_bytes());
-        prepare_indirect_access(stream, tensor.grad_bytes());
+        access.add(tensor.param_bytes());
+        access.add(tensor.grad_bytes());
     }
-    if (!maps.empty()) prepare_indirect_access(stream, std::as_const(maps).view());
-    prepare_indirect_access(stream, g.state.view());
+    if (!maps.empty()) access.add(maps.view());
+    access.add(g.state.view());
 }
 
 void OptimizerState::step_tensor(Stream& stream, GroupId id, std::size_t index, const ParamTensor& tensor) {
@@ -369,13 +372,16 @@ void OptimizerState::step_tensor(Stream& stream, GroupId id, std::size_t index, 
                                            set.resident_per_multiprocessor),
                      set);
 
-    prepare(stream, g, std::span<const ParamTensor>(&tensor, 1));
+    IndirectAccess access(stream);
+    declare(access, g, std::span<const ParamTensor>(&tensor, 1));
+    access.order();
     if (placement == StatePlacement::managed) prefetch(stream, g.state.view(t.begin, t.end - t.begin));
     if (params.max_unorm > 0.0f || abi::always_two_passes(options.rule)) {
         launch(stream, config, set.tensor_unorm, desc, params, map(1), map(2), flag, blocks_done);
     }
     launch(stream, update_config(config, set), set.tensor_update, desc, params, map(1), map(2), flag,
            blocks_done);
+    access.done();
     ++g.steps[index];
 }
 
@@ -395,7 +401,10 @@ void OptimizerState::step_group(Stream& stream, GroupId id, std::span<const Para
                          !(TensorAddresses{tensors[i].param_ptr(), tensors[i].grad_ptr()} == g.addresses[i]);
         }
         if (any_change) refuse_table_upload_while_captured(where, stream);
-        prepare(stream, g, tensors);
+        IndirectAccess access(stream);
+        declare(access, g, tensors);
+        access.add(std::as_const(g.tables).view());
+        access.order();
         if (placement == StatePlacement::managed) prefetch(stream, g.state.view());
         if (any_change) {
             for (std::size_t b = 0; b < g.layout.buckets.size(); ++b) {
@@ -406,6 +415,7 @@ void OptimizerState::step_group(Stream& stream, GroupId id, std::span<const Para
             }
         }
         launch_capturable_step(stream, g);
+        access.done();
         return;
     }
     check_not_captured(where, stream);
@@ -435,7 +445,12 @@ void OptimizerState::step_group(Stream& stream, GroupId id, std::span<const Para
             static_cast<void>(kernel_params(where, options.rule, g.options, grad_scale, g.steps[i] + 1));
         }
     }
-    prepare(stream, g, tensors);
+    IndirectAccess access(stream);
+    declare(access, g, tensors);
+    const bool any_multi = std::any_of(g.layout.buckets.begin(), g.layout.buckets.end(),
+                                       [](const BucketLayout& b) { return !b.chunks.empty(); });
+    if (any_multi) access.add(std::as_const(g.tables).view());
+    access.order();
     if (placement == StatePlacement::managed) prefetch(stream, g.state.view());
 
     int* flag = device_pointer<int>(g.state.device_ptr() + g.layout.flag_offset);
@@ -455,7 +470,6 @@ void OptimizerState::step_group(Stream& stream, GroupId id, std::span<const Para
             continue;
         }
         if (!bucket.chunks.empty()) {
-            prepare_indirect_access(stream, std::as_const(g.tables).view());
             const KernelSet& set = kernels_for(bucket.type);
             const auto* descs =
                 device_pointer<const abi::TensorDesc>(g.tables.device_ptr() + bucket.descs_offset);
@@ -477,6 +491,7 @@ void OptimizerState::step_group(Stream& stream, GroupId id, std::span<const Para
         }
         for (const std::size_t i : bucket.tensors) ++g.steps[i];
     }
+    access.done();
 }
 
 void OptimizerState::launch_capturable_step(Stream& stream, Group& g) {
@@ -490,7 +505,6 @@ void OptimizerState::launch_capturable_step(Stream& stream, Group& g) {
     for (std::size_t b = 0; b < g.layout.buckets.size(); ++b) {
         if (!g.layout.buckets[b].chunks.empty()) last = b;
     }
-    prepare_indirect_access(stream, std::as_const(g.tables).view());
     for (std::size_t b = 0; b < g.layout.buckets.size(); ++b) {
         const BucketLayout& bucket = g.layout.buckets[b];
         if (bucket.chunks.empty()) continue;

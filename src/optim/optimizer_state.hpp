@@ -1,6 +1,6 @@
 // The state behind cudarc::optim::Optimizer: groups, their state and tables, the kernels, and the
 // per-tensor and multi-tensor steps. A client of the public API like any other: launches, slices
-// (device or managed memory), page-locked staging, hazard tracking through prepare_indirect_access.
+// (device or managed memory), page-locked staging, hazard tracking through IndirectAccess.
 #pragma once
 
 #include <array>
@@ -14,6 +14,7 @@
 
 #include "cudarc/device.hpp"
 #include "cudarc/kernel.hpp"
+#include "cudarc/launch.hpp"
 #include "cudarc/optim/optimizer.hpp"
 #include "cudarc/pinned.hpp"
 #include "cudarc/slice.hpp"
@@ -108,8 +109,9 @@ class OptimizerState {
     void upload_descriptors(Stream& stream, Group& group, std::size_t bucket);
     // The launches of a capturable group step, once its tables are up to date.
     void launch_capturable_step(Stream& stream, Group& group);
-    // Orders the step's work on `stream` after earlier work on the tensors, the code maps and the state.
-    void prepare(Stream& stream, Group& group, std::span<const ParamTensor> tensors);
+    // Declares what the step's kernels reach through addresses: the tensors, the code maps and the state
+    // (one operation: at most one wait per stream that used them, one event after).
+    void declare(IndirectAccess& access, Group& group, std::span<const ParamTensor> tensors) const;
 };
 
 // Checks that `tensors` match the registered layout (count, element types, sizes). Throws cudarc::Error

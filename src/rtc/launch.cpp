@@ -2,8 +2,8 @@
 //
 // Note: launch_packed is the hot path. It takes no lock, allocates nothing and looks nothing up: pointer
 // comparisons for the device checks, the hazard fast path (one comparison per buffer on one stream), the
-// context scope's one cuCtxGetCurrent (Note [Context scope]), the driver call and one relaxed counter
-// increment.
+// context scope's one cuCtxGetCurrent (Note [Context scope]), the driver call, one relaxed counter
+// increment and one store of the stream's position (Note [Stream timelines]).
 #include "cudarc/launch.hpp"
 
 #include <fmt/format.h>
@@ -12,7 +12,9 @@
 #include <array>
 #include <vector>
 
+#include "core/buffer.hpp"
 #include "core/device_state.hpp"
+#include "core/operation.hpp"
 #include "cudarc/device.hpp"
 #include "rtc/module_state.hpp"
 
@@ -55,13 +57,13 @@ bool has_zero_extent(const LaunchConfig& c) noexcept {
 // kernel may use once the stream's device has peer access to it (Note [Hazard tracking across devices]).
 void check_other_device_buffer(const TrackedAccess& access, const Function& function,
                                const DeviceState& device) {
-    const auto& owner = access.buffer->device();
-    if (!owner) {
+    if (access.buffer == nullptr) {
         throw Error(
             fmt::format("cudarc::launch: argument {} of kernel '{}' is an empty (default-constructed or "
                         "moved-from) DeviceSlice",
                         access.argument, function.name()));
     }
+    const DeviceState* owner = &access.buffer->device();
     if (device.can_use_memory_of(*owner)) return;
     throw Error(
         fmt::format("cudarc::launch: argument {} of kernel '{}' is a buffer on device {}, the stream is on "
@@ -199,7 +201,7 @@ void launch_packed(const Stream& stream, const LaunchConfig& config, const Funct
     if (detail::Internals::function_device(function) != &device) [[unlikely]]
         throw_function_problem(function, device);
     for (std::size_t i = 0; i < access_count; ++i) {
-        if (accesses[i].buffer->device().get() != &device) [[unlikely]] {
+        if (accesses[i].buffer == nullptr || &accesses[i].buffer->device() != &device) [[unlikely]] {
             check_other_device_buffer(accesses[i], function, device);
         }
     }
@@ -207,11 +209,12 @@ void launch_packed(const Stream& stream, const LaunchConfig& config, const Funct
         validate_launch_config(config);
 
     // Devices were checked above. Note [Single-stream fast path]: one comparison per buffer on one stream.
+    Operation op(stream_state);
     for (std::size_t i = 0; i < access_count; ++i) {
         const TrackedAccess& a = accesses[i];
-        a.buffer->hazards().before_access(stream_state, static_cast<std::size_t>(a.ptr - a.buffer->ptr()),
-                                          a.bytes, a.access);
+        op.access(a.buffer->hazards(), static_cast<std::size_t>(a.ptr - a.buffer->ptr()), a.bytes, a.access);
     }
+    op.order();
 
     const auto scope = device.bind();
     const sys::DriverApi& api = device.api();
@@ -226,7 +229,7 @@ void launch_packed(const Stream& stream, const LaunchConfig& config, const Funct
     if (result != sys::kSuccess) [[unlikely]]
         throw_launch_failure(device, config, function, result);
     AtomicCounters::bump(device.counters().kernel_launches);
-    for (std::size_t i = 0; i < access_count; ++i) accesses[i].buffer->hazards().after_access(stream_state);
+    op.complete();
 }
 
 }  // namespace detail
@@ -259,9 +262,9 @@ void launch_dynamic(Stream& stream, const LaunchConfig& config, const Function& 
     for (std::size_t i = 0; i < args.size(); ++i) {
         // Note: cuLaunchKernel takes void** but only reads through it.
         parameters.push_back(const_cast<void*>(args[i].data()));
-        if (detail::Buffer* buffer = args[i].tracked_buffer()) {
-            accesses.push_back({buffer, args[i].tracked_ptr(), args[i].tracked_bytes(), args[i].access(),
-                                static_cast<unsigned>(i)});
+        if (args[i].tracked()) {
+            accesses.push_back({args[i].tracked_buffer(), args[i].tracked_ptr(), args[i].tracked_bytes(),
+                                args[i].access(), static_cast<unsigned>(i)});
         }
     }
     detail::launch_packed(stream, config, function, parameters.empty() ? nullptr : parameters.data(),

@@ -57,6 +57,11 @@ using DevicePtr = cudarc::DevicePtr;
 inline Stream legacy_stream() noexcept {
     return reinterpret_cast<Stream>(std::uintptr_t{1});
 }
+// The per-thread default stream's explicit handle (CU_STREAM_PER_THREAD; hipStreamPerThread is the same
+// value): one value that names a different stream on each thread.
+inline Stream per_thread_stream() noexcept {
+    return reinterpret_cast<Stream>(std::uintptr_t{2});
+}
 
 // Flags and enumerations used by core code (values from the CUDA driver API).
 inline constexpr unsigned kStreamNonBlocking = 0x1;      // CU_STREAM_NON_BLOCKING

@@ -1,5 +1,5 @@
 # Compiles SOURCE (syntax and template instantiation only) and checks the outcome its first line asks for.
-# Inputs: CXX, STD, INCLUDE_DIR, SOURCE.
+# Inputs: CXX, STD, INCLUDE_DIR, GENERATED_INCLUDE_DIR (cudarc/version.hpp, cudarc/config.hpp), SOURCE.
 file(STRINGS ${SOURCE} first_line LIMIT_COUNT 1)
 if(first_line MATCHES "^// expect-error: (.+)$")
     set(expect_failure TRUE)
@@ -13,7 +13,7 @@ endif()
 # The project's warning flags, as errors: the control must compile cleanly under them.
 execute_process(
     COMMAND ${CXX} ${STD} -fsyntax-only -Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion
-            -Wold-style-cast -Werror -I${INCLUDE_DIR} ${SOURCE}
+            -Wold-style-cast -Werror -I${INCLUDE_DIR} -I${GENERATED_INCLUDE_DIR} ${SOURCE}
     RESULT_VARIABLE result
     OUTPUT_VARIABLE output
     ERROR_VARIABLE output)

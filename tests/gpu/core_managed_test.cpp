@@ -6,6 +6,7 @@
 #include <span>
 #include <vector>
 
+#include "core/buffer.hpp"
 #include "gpu_test.hpp"
 
 using namespace cudarc;
@@ -28,7 +29,7 @@ TEST_CASE("core.managed_slice_round_trips_and_counts_its_driver_calls") {
     {
         auto slice = DeviceSlice<float>::managed(stream, n);
         CHECK(slice.size() == n);
-        CHECK(cudarc::detail::Internals::buffer(slice).managed());
+        CHECK(cudarc::detail::Internals::buffer(slice)->managed());
         slice.copy_from_host(stream, host);
         prefetch(stream, slice.view());
         std::vector<float> back(n, test::poison_float());

@@ -6,6 +6,8 @@
 #include <array>
 #include <cstring>
 
+#include "core/buffer.hpp"
+#include "core/device_state.hpp"
 #include "launch_test_support.hpp"
 
 using namespace cudarc;
@@ -197,8 +199,9 @@ TEST_CASE("launch.rejected_launch_leaves_hazard_state_unchanged") {
     CHECK(delta.events_recorded == 0);
     CHECK(delta.kernel_launches == 0);
     // x is still "written as a whole by writer, nothing since": the single-stream fast path, no range table.
-    CHECK(x.view().buffer().hazards().exclusive() == &cudarc::detail::Internals::stream_state(writer));
-    CHECK(x.view().buffer().hazards().tracker() == nullptr);
+    const auto& hazards = cudarc::detail::Internals::buffer(x)->hazards();
+    CHECK(hazards.exclusive() == &cudarc::detail::Internals::stream_state(writer).timeline());
+    hazards.inspect([](auto ranges) { CHECK(ranges.empty()); });
 }
 
 TEST_CASE("launch.dynamic_launch_checks_arguments_and_tracks_hazards") {

@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <random>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "core/buffer.hpp"
 #include "core/capture.hpp"
 #include "core/device_state.hpp"
 #include "core/range_table.hpp"
@@ -59,14 +61,14 @@ std::vector<int> nodes_of_kind(const std::vector<model::Node>& graph, const std:
 
 }  // namespace
 
-TEST_CASE("graph.touched_ranges_from_a_table") {
-    detail::RangeTable touched(100);
-    CHECK(detail::ranges_touched(touched).empty());
-    touched.apply(10, 20, 0, detail::Access::read);
-    touched.apply(20, 30, 0, detail::Access::read);
-    touched.apply(25, 40, 0, detail::Access::write);
-    touched.apply(60, 70, 0, detail::Access::read);
-    const auto ranges = detail::ranges_touched(touched);
+TEST_CASE("graph.touched_ranges_of_an_access_set") {
+    detail::AccessSet touched;
+    CHECK(touched.ranges().empty());
+    touched.add(10, 20, detail::Access::read);
+    touched.add(20, 30, detail::Access::read);
+    touched.add(25, 40, detail::Access::write);
+    touched.add(60, 70, detail::Access::read);
+    const auto ranges = touched.ranges();
     REQUIRE(ranges.size() == 3);
     CHECK(ranges[0].begin == 10);
     CHECK(ranges[0].end == 25);
@@ -77,21 +79,41 @@ TEST_CASE("graph.touched_ranges_from_a_table") {
     CHECK(ranges[2].begin == 60);
     CHECK(ranges[2].end == 70);
     // A read after a write by the captured work leaves the range written.
-    touched.apply(30, 35, 0, detail::Access::read);
-    CHECK(detail::ranges_touched(touched)[1].access == detail::Access::write);
+    touched.add(30, 35, detail::Access::read);
+    CHECK(touched.ranges()[1].access == detail::Access::write);
+    // A write over a gap and parts of two ranges joins them where the accesses agree.
+    touched.add(35, 65, detail::Access::write);
+    REQUIRE(touched.ranges().size() == 3);
+    CHECK(touched.ranges()[1].begin == 25);
+    CHECK(touched.ranges()[1].end == 65);
+    CHECK(touched.ranges()[2].begin == 65);
+    CHECK(touched.ranges()[2].access == detail::Access::read);
 }
 
-TEST_CASE("graph.conflicts_for_a_stream_without_a_slot") {
-    detail::RangeTable table(64);
-    CHECK(table.conflicts_without_slot(0, 64, detail::Access::write) == 0);
-    table.apply(0, 16, 2, detail::Access::write);
-    table.apply(32, 48, 3, detail::Access::read);
-    CHECK(table.conflicts_without_slot(0, 8, detail::Access::read) == detail::RangeTable::bit(2));
-    CHECK(table.conflicts_without_slot(16, 32, detail::Access::write) == 0);
-    CHECK(table.conflicts_without_slot(40, 41, detail::Access::read) == 0);
-    CHECK(table.conflicts_without_slot(40, 41, detail::Access::write) == detail::RangeTable::bit(3));
-    CHECK(table.conflicts_without_slot(0, 64, detail::Access::write) ==
-          (detail::RangeTable::bit(2) | detail::RangeTable::bit(3)));
+TEST_CASE("graph.access_set_matches_a_byte_model") {
+    std::mt19937 rng(12345);
+    for (int round = 0; round < 200; ++round) {
+        detail::AccessSet set;
+        std::vector<int> model(64, 0);  // 0 untouched, 1 read, 2 written
+        for (int i = 0; i < 20; ++i) {
+            const auto a = static_cast<std::size_t>(rng() % 64);
+            const auto b = static_cast<std::size_t>(rng() % 64);
+            const std::size_t begin = std::min(a, b);
+            const std::size_t end = std::max(a, b) + 1;
+            const bool write = rng() % 3 == 0;
+            set.add(begin, end, write ? detail::Access::write : detail::Access::read);
+            for (std::size_t k = begin; k < end; ++k) model[k] = std::max(model[k], write ? 2 : 1);
+        }
+        std::vector<int> got(64, 0);
+        std::size_t last_end = 0;
+        for (const auto& r : set.ranges()) {
+            REQUIRE(r.begin >= last_end);
+            REQUIRE(r.begin < r.end);
+            for (std::size_t k = r.begin; k < r.end; ++k) got[k] = r.access == detail::Access::write ? 2 : 1;
+            last_end = r.end;
+        }
+        REQUIRE(got == model);
+    }
 }
 
 TEST_CASE("graph.model_fork_join_inside_capture_becomes_edges_and_leaves_no_captured_event") {
@@ -191,13 +213,15 @@ TEST_CASE("graph.model_replay_counts_as_its_accesses_on_the_launch_stream") {
     });
     CHECK(model::calls("cuStreamWaitEvent") == 0);  // the capture waited for nothing
 
-    // The replay on b waits for a's earlier work on each of the two buffers, and counts as their writer
+    // The replay on b waits for a's earlier work on the two buffers, and counts as their writer
     // from now on.
     model::reset();
     model::hold_events();  // the replay stays "running"
     graph.launch(b);
-    CHECK(model::calls("cuStreamWaitEvent") == 2);
-    CHECK(x.view().buffer().hazards().exclusive() == &cudarc::detail::Internals::stream_state(b));
+    // One source stream: one wait, for both buffers (Note [Stream timelines]).
+    CHECK(model::calls("cuStreamWaitEvent") == 1);
+    CHECK(cudarc::detail::Internals::buffer(x)->hazards().exclusive() ==
+          &cudarc::detail::Internals::stream_state(b).timeline());
 
     // Freed right after the launch: the block waits for the replay's event, and a new allocation on its
     // stream gets other memory.

@@ -1,6 +1,7 @@
 // Argument packing for cudarc::launch, through detail::PackedArguments (the same code launch() runs, minus
 // the driver call): parameter values, sizes and order, and which arguments the kernel reads or writes.
-// Buffers here are empty detail::Buffer objects with made-up device addresses: packing never touches a GPU.
+// Buffers here are made-up addresses of detail::Buffer objects (never dereferenced) and made-up device
+// addresses: packing never touches a GPU.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -17,6 +18,17 @@ using cudarc::DeviceSlice;
 using cudarc::DeviceView;
 using cudarc::detail::Access;
 using cudarc::detail::Buffer;
+
+// A distinct Buffer address for each name (packing only compares them).
+Buffer* fake_buffer() {
+    static unsigned char storage[64][16];
+    static int next = 0;
+    return reinterpret_cast<Buffer*>(&storage[next++ % 64][0]);
+}
+template <typename T>
+DeviceView<T> fake_view(Buffer* buffer, cudarc::DevicePtr address, std::size_t count) {
+    return cudarc::detail::Internals::make_view<T>(buffer, address, count, 0);
+}
 using cudarc::detail::PackedArguments;
 
 std::mt19937_64& rng() {
@@ -56,12 +68,12 @@ struct Params3 {
 }  // namespace
 
 TEST_CASE("launch.pack_views_and_values") {
-    Buffer out_buffer;
-    Buffer in_buffer;
+    Buffer* out_buffer = fake_buffer();
+    Buffer* in_buffer = fake_buffer();
     const DevicePtr out_address = random_address();
     const DevicePtr in_address = random_address();
-    DeviceView<float> out(out_buffer, out_address, 64);
-    DeviceView<const float> in(in_buffer, in_address, 64);
+    auto out = fake_view<float>(out_buffer, out_address, 64);
+    auto in = fake_view<const float>(in_buffer, in_address, 64);
     const double scale = std::uniform_real_distribution<double>(-4.0, 4.0)(rng());
     const int n = static_cast<int>(rng()() % 100000);
 
@@ -75,10 +87,10 @@ TEST_CASE("launch.pack_views_and_values") {
     CHECK(read_parameter<unsigned long long>(packed, 3) == static_cast<unsigned long long>(n));
 
     REQUIRE(packed.access_count() == 2);
-    CHECK(packed.accesses()[0].buffer == &out_buffer);
+    CHECK(packed.accesses()[0].buffer == out_buffer);
     CHECK(packed.accesses()[0].access == Access::write);
     CHECK(packed.accesses()[0].argument == 0);
-    CHECK(packed.accesses()[1].buffer == &in_buffer);
+    CHECK(packed.accesses()[1].buffer == in_buffer);
     CHECK(packed.accesses()[1].access == Access::read);
     CHECK(packed.accesses()[1].argument == 1);
 }
@@ -91,19 +103,19 @@ TEST_CASE("launch.pack_slices_by_constness_of_the_parameter") {
     // y written, x read, frozen read; x given for a const parameter even though it is writable.
     auto packed = pack<void(float*, const float*, const float*)>(y, x, frozen);
     REQUIRE(packed.access_count() == 3);
-    CHECK(packed.accesses()[0].buffer == &cudarc::detail::Internals::buffer(y));
+    CHECK(packed.accesses()[0].buffer == cudarc::detail::Internals::buffer(y));
     CHECK(packed.accesses()[0].access == Access::write);
-    CHECK(packed.accesses()[1].buffer == &cudarc::detail::Internals::buffer(x));
+    CHECK(packed.accesses()[1].buffer == cudarc::detail::Internals::buffer(x));
     CHECK(packed.accesses()[1].access == Access::read);
-    CHECK(packed.accesses()[2].buffer == &frozen.view().buffer());
+    CHECK(packed.accesses()[2].buffer == cudarc::detail::Internals::buffer(frozen.view()));
     CHECK(packed.accesses()[2].access == Access::read);
     for (std::size_t i = 0; i < 3; ++i) CHECK(read_parameter<DevicePtr>(packed, i) == 0);
 }
 
 TEST_CASE("launch.pack_subview_address_and_position") {
-    Buffer buffer;
+    Buffer* buffer = fake_buffer();
     const DevicePtr base = random_address();
-    DeviceView<double> whole(buffer, base, 1000);
+    auto whole = fake_view<double>(buffer, base, 1000);
     const std::size_t offset = rng()() % 900;
     // A subview passes its own start address; the tracked buffer is the whole allocation's.
     auto packed = pack<void(int, double*, char)>(7, whole.subview(offset, 50), 'q');
@@ -111,7 +123,7 @@ TEST_CASE("launch.pack_subview_address_and_position") {
     CHECK(read_parameter<DevicePtr>(packed, 1) == base + offset * sizeof(double));
     CHECK(read_parameter<char>(packed, 2) == 'q');
     REQUIRE(packed.access_count() == 1);
-    CHECK(packed.accesses()[0].buffer == &buffer);
+    CHECK(packed.accesses()[0].buffer == buffer);
     CHECK(packed.accesses()[0].argument == 1);  // its position in the argument list
     CHECK(packed.accesses()[0].access == Access::write);
     // Hazard tracking sees exactly the subview's bytes (Note [Range hazards]).
@@ -159,10 +171,10 @@ TEST_CASE("launch.pack_values_keep_order_and_exact_types") {
 }
 
 TEST_CASE("launch.pack_void_pointers_take_any_element_type") {
-    Buffer bytes_buffer;
-    Buffer words_buffer;
-    DeviceView<double> bytes(bytes_buffer, random_address(), 8);
-    DeviceView<const std::uint32_t> words(words_buffer, random_address(), 8);
+    Buffer* bytes_buffer = fake_buffer();
+    Buffer* words_buffer = fake_buffer();
+    auto bytes = fake_view<double>(bytes_buffer, random_address(), 8);
+    auto words = fake_view<const std::uint32_t>(words_buffer, random_address(), 8);
     auto packed = pack<void(void*, const void*)>(bytes, words);
     REQUIRE(packed.access_count() == 2);
     CHECK(packed.accesses()[0].access == Access::write);
@@ -248,22 +260,22 @@ TEST_CASE("launch.kernel_arg_values_and_buffers") {
     CHECK(large.size() == sizeof(Big));
     CHECK(large.data() == &big);
 
-    Buffer buffer;
+    Buffer* buffer = fake_buffer();
     const DevicePtr address = random_address();
-    DeviceView<float> view(buffer, address, 16);
+    auto view = fake_view<float>(buffer, address, 16);
     const auto written = cudarc::KernelArg::writes(view);
     CHECK(written.size() == sizeof(DevicePtr));
     DevicePtr bits = 0;
     std::memcpy(&bits, written.data(), sizeof(bits));
     CHECK(bits == address);
-    CHECK(written.tracked_buffer() == &buffer);
+    CHECK(written.tracked_buffer() == buffer);
     CHECK(written.access() == Access::write);
     CHECK(written.tracked_ptr() == address);
     CHECK(written.tracked_bytes() == 16 * sizeof(float));
 
     const DeviceSlice<float> frozen;
     const auto read = cudarc::KernelArg::reads(frozen);
-    CHECK(read.tracked_buffer() == &frozen.view().buffer());
+    CHECK(read.tracked_buffer() == cudarc::detail::Internals::buffer(frozen.view()));
     CHECK(read.access() == Access::read);
 
     const auto raw = cudarc::KernelArg::pointer(address + 64);

@@ -81,7 +81,7 @@ TEST_CASE("reliability.copy_and_memset_sizes_that_overflow_are_rejected") {
         auto device = Device::open(0);
         auto& stream = device.default_stream();
         auto slice = DeviceSlice<float>::zeros(stream, 16);
-        const DeviceView<float> forged(cudarc::detail::Internals::buffer(slice), slice.device_ptr(), kHuge);
+        const DeviceView<float> forged = cudarc::detail::Internals::retype<float>(slice.view(), kHuge);
         std::vector<float> host(16, 1.0f);
         const std::uint64_t copies = gpu.faults.calls(fake::Entry::memcpy_htod_async) +
                                      gpu.faults.calls(fake::Entry::memcpy_dtoh_async) +
@@ -102,8 +102,7 @@ TEST_CASE("reliability.copy_and_memset_sizes_that_overflow_are_rejected") {
         check_names(error_from([&] { (void)as_writable_bytes(forged); }), "cudarc::as_writable_bytes",
                     "4611686018427387906");
         PinnedBuffer<float> pinned(device, 16);
-        const DeviceView<float> forged_small(cudarc::detail::Internals::buffer(slice), slice.device_ptr(),
-                                             16);
+        const DeviceView<float> forged_small = cudarc::detail::Internals::retype<float>(slice.view(), 16);
         CHECK_NOTHROW(pinned.copy_from_device_async(stream, forged_small));
         CHECK(gpu.faults.calls(fake::Entry::memcpy_htod_async) +
                   gpu.faults.calls(fake::Entry::memcpy_dtoh_async) +
@@ -160,9 +159,8 @@ TEST_CASE("reliability.optimizer_groups_that_overflow_are_rejected_before_alloca
         auto param = DeviceSlice<float>::zeros(stream, 16);
         auto grad = DeviceSlice<float>::zeros(stream, 16);
         const auto tensor = [&](std::size_t numel) {
-            return optim::ParamTensor(
-                DeviceView<float>(cudarc::detail::Internals::buffer(param), param.device_ptr(), numel),
-                DeviceView<const float>(cudarc::detail::Internals::buffer(grad), grad.device_ptr(), numel));
+            return optim::ParamTensor(cudarc::detail::Internals::retype<float>(param.view(), numel),
+                                      cudarc::detail::Internals::retype<const float>(grad.view(), numel));
         };
         optim::Optimizer optimizer(stream, optim::OptimizerOptions{});  // AdamW: two fp32 state arrays
         const optim::GroupOptions options = optim::default_options(optim::UpdateRule::adamw);

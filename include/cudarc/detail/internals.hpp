@@ -17,11 +17,14 @@ class Graph;
 template <typename T>
 class DeviceSlice;
 template <typename T>
+class DeviceView;
+template <typename T>
 class BorrowedSlice;
 
 namespace detail {
 
 class Buffer;
+class BufferHandle;
 class DeviceState;
 class StreamState;
 class GraphState;
@@ -63,13 +66,25 @@ struct Internals {
     // Graph: made from an instantiated capture. Defined in src/core/graph.cpp, where GraphState is complete.
     [[nodiscard]] static Graph make_graph(std::unique_ptr<GraphState> state) noexcept;
 
-    // Slices: the buffer behind them, and a borrowed slice over a buffer of `count` elements.
+    // Slices and views: the buffer behind them (null: an empty slice; for a view, checked not to be gone
+    // in a library built with CUDARC_DEBUG_VIEWS, Note [Stable buffers]), a view made from its parts, and
+    // a borrowed slice over a buffer of `count` elements.
     template <typename T>
-    [[nodiscard]] static Buffer& buffer(DeviceSlice<T>& slice) noexcept;
+    [[nodiscard]] static Buffer* buffer(DeviceSlice<T>& slice) noexcept;
     template <typename T>
-    [[nodiscard]] static Buffer& buffer(BorrowedSlice<T>& slice) noexcept;
+    [[nodiscard]] static BufferHandle& handle(DeviceSlice<T>& slice) noexcept;
     template <typename T>
-    [[nodiscard]] static BorrowedSlice<T> make_borrowed(Buffer buffer, std::size_t count) noexcept;
+    [[nodiscard]] static Buffer* buffer(BorrowedSlice<T>& slice) noexcept;
+    template <typename T>
+    [[nodiscard]] static Buffer* buffer(const DeviceView<T>& view);
+    template <typename T>
+    [[nodiscard]] static DeviceView<T> make_view(Buffer* buffer, DevicePtr ptr, std::size_t size,
+                                                 std::uint64_t generation) noexcept;
+    // The same memory as elements of type U, `count` of them (as_bytes).
+    template <typename U, typename T>
+    [[nodiscard]] static DeviceView<U> retype(const DeviceView<T>& view, std::size_t count);
+    template <typename T>
+    [[nodiscard]] static BorrowedSlice<T> make_borrowed(BufferHandle buffer, std::size_t count) noexcept;
 };
 
 }  // namespace detail

@@ -235,8 +235,8 @@ class PackedArguments<void(Params...), Args...> {
   public:
     static constexpr std::size_t kTracked = (std::size_t{0} + ... + (is_tracked_argument_v<Args> ? 1 : 0));
 
-    explicit PackedArguments(Args&&... args) noexcept
-        : values_(to_parameter<Params>(std::forward<Args>(args))...) {
+    // Note: not noexcept: a library built with CUDARC_DEBUG_VIEWS throws for a view whose buffer is gone.
+    explicit PackedArguments(Args&&... args) : values_(to_parameter<Params>(std::forward<Args>(args))...) {
         point_at_values(std::index_sequence_for<Params...>{});
         if constexpr (kTracked > 0) {
             std::size_t slot = 0;
@@ -267,11 +267,11 @@ class PackedArguments<void(Params...), Args...> {
     }
 
     template <typename Param, typename Arg>
-    void note_access(Arg& arg, std::size_t& slot, unsigned index) noexcept {
+    void note_access(Arg& arg, std::size_t& slot, unsigned index) {
         if constexpr (is_tracked_argument_v<Arg>) {
             const bool kernel_writes = !std::is_const_v<std::remove_pointer_t<Param>>;
             const auto view = as_view(arg);
-            tracked_[slot++] = TrackedAccess{&view.buffer(), view.device_ptr(), view.bytes(),
+            tracked_[slot++] = TrackedAccess{Internals::buffer(view), view.device_ptr(), view.bytes(),
                                              kernel_writes ? Access::write : Access::read, index};
         } else {
             static_cast<void>(arg);

@@ -1,0 +1,182 @@
+// Note [Single-stream fast path] and Note [Range hazards]: one buffer's hazard state.
+#include "core/hazard_state.hpp"
+
+#include <algorithm>
+#include <mutex>
+
+#include "core/device_state.hpp"
+
+namespace cudarc::detail {
+
+std::atomic<unsigned> captures_underway{0};
+
+HazardState::HazardState(std::size_t bytes, Timeline* first_writer, DeviceState* device,
+                         Writer writer) noexcept
+    : exclusive_(bytes != 0 ? first_writer : nullptr),
+      bytes_(bytes),
+      device_(device),
+      owner_untracked_(writer == Writer::anything) {}
+
+HazardState::~HazardState() {
+    detach_link();
+}
+
+const std::shared_ptr<BufferLink>& HazardState::link() {
+    if (!link_) link_ = std::make_shared<BufferLink>(BufferLink{this, address_, bytes_});
+    return link_;
+}
+
+void HazardState::detach_link() noexcept {
+    if (!link_) return;
+    link_->state = nullptr;
+    link_.reset();
+}
+
+void HazardState::keep_locked(const Timeline& timeline) {
+    if (device_ == nullptr || timeline.capture() != nullptr) return;
+    StreamState& stream = timeline.stream();
+    const bool elsewhere = &stream.device() != device_;
+    if (stream.ownership() != StreamOwnership::foreign && !elsewhere) return;  // lives as long as the device
+    for (const Keep& k : keeps_) {
+        if (k.stream.get() == &stream) return;
+    }
+    keeps_.push_back(
+        Keep{stream.shared_from_this(), elsewhere ? stream.device().shared_from_this() : nullptr});
+}
+
+void HazardState::prune_keeps_locked(const Timeline* owner) noexcept {
+    std::erase_if(keeps_,
+                  [&](const Keep& k) { return owner == nullptr || k.stream.get() != &owner->stream(); });
+}
+
+void HazardState::materialize_locked() {
+    Timeline* owner = exclusive_.load(std::memory_order_relaxed);
+    // The owner's uses are "its tracked work so far" (Note [Single-stream fast path]), or everything it
+    // submitted for an owner that wrote unseen.
+    table_.reset(bytes_, Use{owner, owner_untracked_ ? kEverythingSoFar : kTrackedSoFar});  // may throw
+    owner_untracked_ = false;
+    table_active_ = true;
+    exclusive_.store(nullptr, std::memory_order_release);
+}
+
+void HazardState::collect(Timeline& timeline, std::size_t offset, std::size_t bytes, Access access,
+                          Needs& needs) {
+    if (bytes == 0 || owned_by(timeline)) return;
+    std::lock_guard lock(lock_);
+    Timeline* owner = exclusive_.load(std::memory_order_relaxed);
+    if (owner == &timeline) return;
+    if (!table_active_) {
+        if (owner == nullptr) return;  // untouched: nothing to wait for
+        materialize_locked();
+    }
+    table_.collect(offset, offset + bytes, &timeline, access, [&](const Use& use) { needs.raise(use); });
+}
+
+bool HazardState::apply(Timeline& timeline, std::size_t offset, std::size_t bytes, Access access,
+                        std::uint64_t position) noexcept {
+    // Note: untracked work (kEverythingSoFar) is not covered by the owner's "tracked work so far".
+    const bool tracked = position != kEverythingSoFar;
+    if (bytes == 0 || (tracked && owned_by(timeline))) return false;
+    std::unique_lock lock(lock_);
+    if (tracked && exclusive_.load(std::memory_order_relaxed) == &timeline) return false;
+    try {
+        if (!table_active_) materialize_locked();
+        keep_locked(timeline);
+        table_.apply(offset, offset + bytes, Use{&timeline, position}, access);
+        // Back to Note [Single-stream fast path] when `timeline` now owns the whole buffer. Note: not for
+        // an owner whose work is "everything so far" (raw pointers): its later untracked work would be
+        // missed by a "tracked work so far".
+        Timeline* owner = table_.sole_owner();
+        if (owner != nullptr && table_.ranges().front().writers[0].position != kEverythingSoFar) {
+            table_active_ = false;
+            owner_untracked_ = false;
+            prune_keeps_locked(owner);
+            exclusive_.store(owner, std::memory_order_release);
+            return false;
+        }
+        return true;
+    } catch (...) {
+        // No memory for the bookkeeping. Once the device has finished everything enqueued so far (this
+        // access's work included), nothing is left to wait for: the buffer is untouched again.
+        lock.unlock();
+        timeline.stream().device().synchronize_noexcept();
+        lock.lock();
+        table_active_ = false;
+        prune_keeps_locked(nullptr);
+        exclusive_.store(nullptr, std::memory_order_release);
+        return false;
+    }
+}
+
+void HazardState::record_use(Timeline& timeline) {
+    std::lock_guard lock(lock_);
+    if (!table_active_) materialize_locked();
+    keep_locked(timeline);
+    table_.add_reader_everywhere(Use{&timeline, kEverythingSoFar});
+}
+
+void HazardState::reset_to_owner(Timeline& owner) noexcept {
+    std::lock_guard lock(lock_);
+    table_active_ = false;
+    owner_untracked_ = true;
+    prune_keeps_locked(&owner);
+    exclusive_.store(&owner, std::memory_order_release);
+}
+
+void HazardState::collect_all(const Timeline& self, Needs& needs) const {
+    std::lock_guard lock(lock_);
+    if (!table_active_) {
+        Timeline* owner = exclusive_.load(std::memory_order_relaxed);
+        if (owner != nullptr && owner != &self)
+            needs.raise(Use{owner, owner_untracked_ ? kEverythingSoFar : owner->position()});
+        return;
+    }
+    table_.for_each_use([&](const Use& use) {
+        if (use.timeline != &self) needs.raise(Use{use.timeline, use.timeline->concrete(use.position)});
+    });
+}
+
+bool HazardState::would_wait(std::size_t offset, std::size_t bytes, Access access) const noexcept {
+    if (bytes == 0) return false;
+    std::lock_guard lock(lock_);
+    if (!table_active_) return exclusive_.load(std::memory_order_relaxed) != nullptr;
+    return table_.conflicts(offset, offset + bytes, access);
+}
+
+std::vector<TimelineUse> HazardState::take_uses() {
+    std::vector<TimelineUse> uses;
+    const auto add = [&](const Use& use) {
+        const std::uint64_t position = use.timeline->concrete(use.position);
+        for (TimelineUse& u : uses) {
+            if (u.timeline == use.timeline) {
+                u.position = std::max(u.position, position);
+                return;
+            }
+        }
+        uses.push_back(TimelineUse{use.timeline->stream().shared_from_this(), use.timeline, position});
+    };
+    {
+        std::lock_guard lock(lock_);
+        if (!table_active_) {
+            if (Timeline* owner = exclusive_.load(std::memory_order_relaxed))
+                add(Use{owner, owner_untracked_ ? kEverythingSoFar : kTrackedSoFar});
+        } else {
+            table_.for_each_use(add);
+        }
+    }
+    clear();
+    return uses;
+}
+
+void HazardState::clear() noexcept {
+    std::lock_guard lock(lock_);
+    table_active_ = false;
+    owner_untracked_ = false;
+    table_.reset(0, Use{});
+    exclusive_.store(nullptr, std::memory_order_release);
+    // Note: the keeps go last: a retired foreign stream's state must outlive the uses naming it, which the
+    // caller has taken (take_uses) or no longer needs.
+    keeps_.clear();
+}
+
+}  // namespace cudarc::detail

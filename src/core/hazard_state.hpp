@@ -1,0 +1,154 @@
+// detail::HazardState — which streams used which bytes of one buffer (Note [Range hazards] in
+// core/range_table.hpp), with the single-stream fast path in front and a lock for the slow path.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "core/range_table.hpp"
+#include "core/timeline.hpp"
+#include "cudarc/detail/buffer.hpp"
+
+namespace cudarc::detail {
+
+class DeviceState;
+class StreamState;
+class HazardState;
+
+// What an operation must wait for: at most one use per timeline, the highest position of each.
+using Needs = UseSet<8>;
+
+// One stream's use of a buffer, taken out of its state (a free, a release): the stream is kept alive.
+struct TimelineUse {
+    std::shared_ptr<StreamState> stream;
+    Timeline* timeline = nullptr;
+    std::uint64_t position = 0;  // concrete, or kEverythingSoFar
+};
+
+// What a graph keeps of a buffer its captured work used: the buffer's hazard state while it lives (null
+// once it is released), and its address and size to name it in errors. Created at the buffer's first
+// captured access.
+struct BufferLink {
+    HazardState* state = nullptr;
+    DevicePtr address = 0;
+    std::size_t bytes = 0;
+};
+
+// The slow path's lock: held for bookkeeping only, never across a driver call, and uncontended in the
+// common case (one thread per stream; threads on disjoint sub-views meet only here, briefly).
+class SpinLock {
+  public:
+    void lock() noexcept {
+        for (unsigned spins = 0; flag_.exchange(true, std::memory_order_acquire); ++spins) {
+            if (spins > 64) std::this_thread::yield();
+        }
+    }
+    void unlock() noexcept { flag_.store(false, std::memory_order_release); }
+
+  private:
+    std::atomic<bool> flag_{false};
+};
+
+// Note [Single-stream fast path]
+// While one stream alone has written the whole buffer and nothing else happened since, `exclusive_` names
+// its timeline, and any access by that stream needs no wait and changes nothing: one comparison (and one
+// relaxed load: no capture under way), no lock. That stream's accesses still advance its position, so the
+// state stands for "its tracked work so far" (kTrackedSoFar). When another stream touches the buffer, the
+// range table is built under the lock, the owner's uses made concrete where the newcomer needs them (a
+// concurrent access of the owner elsewhere keeps its "so far"). A write of the whole buffer by one stream
+// returns to the fast path.
+//
+// Thread safety: accesses from several threads at once (one thread per stream) are safe; accesses to
+// overlapping bytes from two threads at once must be ordered by the program, as for any shared object (the
+// library then orders them in the order it sees them).
+class HazardState {
+  public:
+    // Whose work a first writer's stands for.
+    enum class Writer {
+        tracked,  // its tracked operations (memory it allocated)
+        anything  // anything it submitted, tracked or not (borrowed memory: the owner wrote it unseen)
+    };
+
+    // A buffer of `bytes` last written as a whole by `first_writer` (null: untouched). `device`: the
+    // buffer's device; streams of others, and foreign streams, are kept alive while named here (null: never
+    // keep, for a capture's overlay, whose timelines outlive it).
+    HazardState(std::size_t bytes, Timeline* first_writer, DeviceState* device,
+                Writer writer = Writer::tracked) noexcept;
+    HazardState(const HazardState&) = delete;
+    HazardState& operator=(const HazardState&) = delete;
+    ~HazardState();
+
+    // Note [Single-stream fast path].
+    [[nodiscard]] bool owned_by(const Timeline& timeline) const noexcept {
+        return exclusive_.load(std::memory_order_acquire) == &timeline;
+    }
+    // Adds to `needs` what an access by `timeline` to bytes [offset, offset + bytes) must wait for. Throws
+    // only for want of memory, leaving an equivalent state.
+    void collect(Timeline& timeline, std::size_t offset, std::size_t bytes, Access access, Needs& needs);
+    // Records that access at `position` once its work is enqueued. Returns true when another stream may
+    // need to wait for it (the buffer stays shared): the operation then records one event after it. Never
+    // throws: without memory for the bookkeeping it waits for the device (counted) instead.
+    [[nodiscard]] bool apply(Timeline& timeline, std::size_t offset, std::size_t bytes, Access access,
+                             std::uint64_t position) noexcept;
+    // `timeline`'s stream uses the whole buffer through raw pointers (record_stream): later writers on other
+    // streams and the free wait for everything it submitted (kEverythingSoFar).
+    void record_use(Timeline& timeline);
+    // BorrowedSlice::owner_wrote: `owner` wrote the whole buffer again, untracked; earlier uses are
+    // forgotten.
+    void reset_to_owner(Timeline& owner) noexcept;
+    // Adds every use other than `self`'s to `needs` (BorrowedSlice::sync_owner), leaving the state as it is.
+    void collect_all(const Timeline& self, Needs& needs) const;
+    // Whether an access by a stream that never used the buffer would have to wait for anything.
+    [[nodiscard]] bool would_wait(std::size_t offset, std::size_t bytes, Access access) const noexcept;
+    // Every use the state holds, one per timeline (kTrackedSoFar made concrete), leaving it untouched.
+    [[nodiscard]] std::vector<TimelineUse> take_uses();
+    // Forgets everything.
+    void clear() noexcept;
+
+    [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
+    // The timeline that alone owns the whole buffer (Note [Single-stream fast path]), or null.
+    [[nodiscard]] Timeline* exclusive() const noexcept { return exclusive_.load(std::memory_order_acquire); }
+    // For tests and diagnostics: calls f(ranges) with the table's ranges (empty on the fast path).
+    template <typename F>
+    void inspect(F&& f) const {
+        std::lock_guard lock(lock_);
+        f(table_active_ ? table_.ranges() : std::span<const RangeTable::Range>{});
+    }
+
+    // The buffer's address, for the link.
+    void set_address(DevicePtr address) noexcept { address_ = address; }
+    // The link graphs keep to this buffer, made on first use (Note [Capture overlay]).
+    [[nodiscard]] const std::shared_ptr<BufferLink>& link();
+    [[nodiscard]] BufferLink* link_if_any() const noexcept { return link_.get(); }
+    // The buffer is going away: links now say so.
+    void detach_link() noexcept;
+
+  private:
+    // The fast path's owner (or an untouched buffer) becomes a range table. Holds lock_.
+    void materialize_locked();
+    // Keeps `timeline`'s stream (and its device) alive while this state may name it. Holds lock_.
+    void keep_locked(const Timeline& timeline);
+    // Only `owner`'s stream stays kept. Holds lock_.
+    void prune_keeps_locked(const Timeline* owner) noexcept;
+
+    mutable SpinLock lock_;
+    std::atomic<Timeline*> exclusive_;
+    std::size_t bytes_;
+    DeviceState* device_;
+    bool table_active_ = false;     // guarded by lock_, like everything below
+    bool owner_untracked_ = false;  // exclusive_'s uses are Writer::anything
+    RangeTable table_;
+    struct Keep {
+        std::shared_ptr<StreamState> stream;
+        std::shared_ptr<DeviceState> device;  // another device's streams need theirs
+    };
+    std::vector<Keep> keeps_;
+    DevicePtr address_ = 0;
+    std::shared_ptr<BufferLink> link_;
+};
+
+}  // namespace cudarc::detail

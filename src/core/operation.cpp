@@ -1,0 +1,80 @@
+// Note [Cross-stream ordering] (core/operation.hpp).
+#include "core/operation.hpp"
+
+#include "core/capture.hpp"
+#include "core/device_state.hpp"
+
+namespace cudarc::detail {
+
+Operation::Operation(StreamState& stream, Work work) noexcept
+    : stream_(stream), timeline_(&stream.timeline()), work_(work) {}
+
+void Operation::add_pending(HazardState& state, std::size_t offset, std::size_t bytes, Access access) {
+    const Pending p{&state, &state, offset, bytes, access};
+    if (count_ < kInline) {
+        inline_[count_] = p;
+    } else {
+        more_.push_back(p);
+    }
+    ++count_;
+}
+
+void Operation::route_into_capture() {
+    CaptureSession* session = CaptureSession::current();
+    if (session == nullptr) return;
+    if (stream_.capture() != session) {
+        if (stream_.capture() != nullptr) {
+            throw Error(
+                "cudarc: a stream that another thread's graph capture is recording was used on this thread");
+        }
+        // An outsider whose access conflicts with captured work waits for it: it takes part in the capture
+        // from now on (as the driver makes a stream that waits for a captured event). Otherwise its
+        // accesses run at once and are tracked as usual.
+        bool conflicts = false;
+        for (std::size_t i = 0; i < count_ && !conflicts; ++i) {
+            const Pending& p = pending(i);
+            conflicts = session->conflicts_with_captured_work(*p.real, p.offset, p.bytes, p.access);
+        }
+        if (!conflicts) return;
+        session->join(stream_, CaptureRole::joined);
+    }
+    // Note [Capture overlay]: the accesses go to the capture's overlays, ordered by its own timelines.
+    for (std::size_t i = 0; i < count_; ++i) pending(i).state = &session->overlay_for(*pending(i).real);
+    timeline_ = &session->timeline_of(stream_);
+    capture_ = session;
+}
+
+void Operation::order() {
+    if (count_ == 0) return;
+    if (captures_underway.load(std::memory_order_relaxed) != 0) route_into_capture();
+    Needs needs;
+    for (std::size_t i = 0; i < count_; ++i) {
+        const Pending& p = pending(i);
+        p.state->collect(*timeline_, p.offset, p.bytes, p.access, needs);
+    }
+    for (std::size_t i = 0; i < needs.size(); ++i) timeline_->wait_for(*needs[i].timeline, needs[i].position);
+}
+
+void Operation::finish(std::uint64_t position) noexcept {
+    bool shared = false;
+    for (std::size_t i = 0; i < count_; ++i) {
+        const Pending& p = pending(i);
+        shared = p.state->apply(*timeline_, p.offset, p.bytes, p.access, position) || shared;
+        if (capture_ != nullptr) capture_->note_touched(*p.real, p.offset, p.bytes, p.access);
+    }
+    if (shared && position != kEverythingSoFar) timeline_->record_after(position);
+}
+
+void Operation::complete() noexcept {
+    if (!accessed_) return;
+    // Note [Single-stream fast path]: the owner's accesses are "its tracked work so far", so they advance
+    // its position too.
+    const std::uint64_t position = timeline_->advance();
+    if (count_ != 0) finish(position);
+}
+
+void Operation::complete_untracked() noexcept {
+    if (accessed_) finish(kEverythingSoFar);
+}
+
+}  // namespace cudarc::detail

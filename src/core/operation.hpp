@@ -1,0 +1,91 @@
+// detail::Operation — one tracked operation on a stream (a launch, a copy, a memset, a collective, a graph
+// replay, a step's indirect accesses): the buffers it touches, at most one wait per source stream before
+// its work, and what it leaves for later operations (Note [Stream timelines] in core/timeline.hpp).
+//
+//   Operation op(stream);
+//   op.access(state, offset, bytes, Access::read);   // for each buffer range; no driver call
+//   op.order();                                      // the waits
+//   ... enqueue the work ...
+//   op.complete();                                   // position, uses, at most one event
+//
+// Note [Cross-stream ordering]
+// Every cross-stream wait of hazard tracking goes through Operation::order, and every other ordering
+// between streams (frees, releases of borrowed memory, joins, cross-device uses) through Timeline::wait_for
+// or StreamState::order_before: the vector clocks see them all, so no wait is ever enqueued twice.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/hazard_state.hpp"
+#include "core/timeline.hpp"
+
+namespace cudarc::detail {
+
+class StreamState;
+
+class Operation {
+  public:
+    // Whether the library enqueues the operation's work itself (tracked), or the caller enqueues work the
+    // library never sees (untracked: prepare_indirect_access, a DLPack consumer's work).
+    enum class Work { tracked, untracked };
+
+    explicit Operation(StreamState& stream, Work work = Work::tracked) noexcept;
+    Operation(const Operation&) = delete;
+    Operation& operator=(const Operation&) = delete;
+    ~Operation() = default;  // an operation never completed records nothing
+
+    // Declares an access of the operation to bytes [offset, offset + bytes) of a buffer. On the single-
+    // stream fast path it is only counted (Note [Single-stream fast path]).
+    void access(HazardState& state, std::size_t offset, std::size_t bytes, Access access) {
+        if (bytes == 0) return;
+        accessed_ = true;
+        if (work_ == Work::tracked && state.owned_by(*timeline_) &&
+            captures_underway.load(std::memory_order_relaxed) == 0)
+            return;
+        add_pending(state, offset, bytes, access);
+    }
+    // Enqueues what the accesses need: at most one wait per source stream, none it has already. During a
+    // capture, the accesses of a captured stream go to the capture (Note [Capture overlay]). Throws when a
+    // wait cannot be enqueued (the buffers' states stay equivalent).
+    void order();
+    // The work is enqueued: advances the stream's position, records the accesses at it, and records one
+    // event when another stream may need to wait for them. Never throws.
+    void complete() noexcept;
+    // For Work::untracked: the accesses count as everything the stream submits until a tracked write
+    // replaces them (kEverythingSoFar). No position, no event.
+    void complete_untracked() noexcept;
+
+    [[nodiscard]] Timeline& timeline() const noexcept { return *timeline_; }
+
+  private:
+    struct Pending {
+        HazardState* real;
+        HazardState* state;  // `real`, or the capture's overlay of it
+        std::size_t offset;
+        std::size_t bytes;
+        Access access;
+    };
+    static constexpr std::size_t kInline = 8;
+
+    void add_pending(HazardState& state, std::size_t offset, std::size_t bytes, Access access);
+    [[nodiscard]] Pending& pending(std::size_t i) noexcept {
+        return i < kInline ? inline_[i] : more_[i - kInline];
+    }
+    // Captures: whether this operation's accesses go to this thread's capture, and if so, to its overlays.
+    void route_into_capture();
+    void finish(std::uint64_t position) noexcept;
+
+    StreamState& stream_;
+    Timeline* timeline_;
+    Work work_;
+    CaptureSession* capture_ = nullptr;  // set when the accesses went to a capture
+    bool accessed_ = false;
+    std::size_t count_ = 0;
+    std::array<Pending, kInline> inline_;
+    std::vector<Pending> more_;
+};
+
+}  // namespace cudarc::detail
