@@ -1,0 +1,213 @@
+// Note [Stream timelines] on the fake driver: what hazard tracking costs in driver calls follows streams,
+// not buffers. A step over 1024 buffers fed by another stream, eagerly and as a replay, makes one wait and
+// at most two events; sub-views on 64 streams wait for nothing but their forks and joins; a borrow that
+// lasts costs no driver call to renew.
+#include <doctest/doctest.h>
+
+#include <memory>
+#include <vector>
+
+#include "reliability_support.hpp"
+
+using namespace cudarc;
+using cudarc::test::contains;
+using cudarc::test::error_from;
+using cudarc::test::FakeGpu;
+
+namespace {
+
+constexpr const char* kPtx =
+    ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry touch(.param .u64 p) { ret; }\n";
+constexpr std::size_t kTensors = 1024;
+
+// The optimizer's shape: parameters on the step's stream, gradients from `feed`; one operation reaches all
+// of them through addresses (IndirectAccess), like a multi-tensor kernel.
+struct Step {
+    Device device = Device::open(0);
+    Stream feed = device.create_stream();
+    Stream stream = device.create_stream();
+    Module module = Module::from_ptx(device, kPtx);
+    Kernel<void(int*)> touch = module.kernel<void(int*)>("touch");
+    std::vector<DeviceSlice<float>> params;
+    std::vector<DeviceSlice<float>> grads;
+
+    explicit Step(Stream* grads_stream = nullptr) {
+        for (std::size_t i = 0; i < kTensors; ++i) {
+            params.push_back(DeviceSlice<float>::zeros(stream, 64));
+            grads.push_back(DeviceSlice<float>::zeros(grads_stream != nullptr ? *grads_stream : feed, 64));
+        }
+    }
+    void write_grads(Stream& on) {
+        for (auto& g : grads) memset(on, g.view(), 1);
+    }
+    void run() {
+        IndirectAccess access(stream);
+        for (std::size_t i = 0; i < kTensors; ++i) {
+            access.add(params[i].view());
+            access.add(std::as_const(grads[i]).view());
+        }
+        access.order();
+        launch(stream, LaunchConfig{1, 1}, touch, nullptr);
+        access.done();
+    }
+};
+
+}  // namespace
+
+TEST_CASE("tracking.a_step_over_1024_buffers_fed_by_another_stream_costs_one_wait") {
+    FakeGpu gpu;
+    {
+        Step step;
+        for (int round = 0; round < 4; ++round) {
+            const auto fed = step.device.counters();
+            step.write_grads(step.feed);
+            const auto feed = step.device.counters() - fed;
+            if (round > 0) {
+                // The feed waits once for the last step's reads of all 1024 gradients (write after read).
+                CHECK(feed.cross_stream_waits == 1);
+                CHECK(feed.events_recorded == 0);
+            }
+            const auto before = step.device.counters();
+            step.run();
+            const auto delta = step.device.counters() - before;
+            CHECK(delta.cross_stream_waits == 1);  // for the feed's work on all 1024 gradients
+            CHECK(delta.events_recorded == 2);     // that work's end, and the step's own (shared after it)
+            CHECK(delta.host_synchronizations() == 0);
+        }
+    }
+    CHECK(gpu.driver.violations().empty());
+}
+
+TEST_CASE("tracking.a_step_fed_by_its_own_stream_records_and_waits_for_nothing") {
+    FakeGpu gpu;
+    {
+        Step step;
+        step.write_grads(step.stream);
+        step.run();
+        for (int round = 0; round < 3; ++round) {
+            step.write_grads(step.stream);
+            const auto before = step.device.counters();
+            step.run();
+            const auto delta = step.device.counters() - before;
+            CHECK(delta.cross_stream_waits == 0);
+            CHECK(delta.events_recorded == 0);
+        }
+    }
+    CHECK(gpu.driver.violations().empty());
+}
+
+TEST_CASE("tracking.a_replay_is_one_operation") {
+    FakeGpu gpu;
+    {
+        Step step;
+        step.write_grads(step.feed);
+        step.stream.join(step.feed);
+        Graph graph = capture(step.stream, [&](Stream&) { step.run(); });
+        REQUIRE(graph.accesses().size() >= 2 * kTensors);
+        for (int round = 0; round < 4; ++round) {
+            const auto fed = step.device.counters();
+            step.write_grads(step.feed);
+            const auto feed = step.device.counters() - fed;
+            if (round > 0) CHECK(feed.cross_stream_waits == 1);
+            const auto before = step.device.counters();
+            graph.launch(step.stream);
+            const auto delta = step.device.counters() - before;
+            CHECK(delta.cross_stream_waits == 1);
+            CHECK(delta.events_recorded <= 2);
+        }
+        // Fed by its own stream, a replay records and waits for nothing.
+        step.stream.join(step.feed);
+        step.write_grads(step.stream);
+        graph.launch(step.stream);
+        const auto before = step.device.counters();
+        step.write_grads(step.stream);
+        graph.launch(step.stream);
+        const auto delta = step.device.counters() - before;
+        CHECK(delta.cross_stream_waits == 0);
+        CHECK(delta.events_recorded == 0);
+    }
+    CHECK(gpu.driver.violations().empty());
+}
+
+TEST_CASE("tracking.sub_views_on_64_streams_wait_only_for_their_forks_and_joins") {
+    FakeGpu gpu;
+    {
+        auto device = Device::open(0);
+        auto parent = device.create_stream();
+        auto module = Module::from_ptx(device, kPtx);
+        const auto touch = module.kernel<void(int*)>("touch");
+        constexpr std::size_t kStreams = 64;
+        auto items = DeviceSlice<int>::zeros(parent, kStreams * 16);
+        for (int round = 0; round < 3; ++round) {
+            const auto before = device.counters();
+            {
+                std::vector<Stream> children;
+                for (std::size_t k = 0; k < kStreams; ++k) children.push_back(parent.fork());
+                for (std::size_t k = 0; k < kStreams; ++k)
+                    memset(children[k], items.view(k * 16, 16), static_cast<unsigned char>(round));
+            }
+            const auto delta = device.counters() - before;
+            // One wait per fork and per join: each child has seen, through its fork, whatever wrote its item
+            // before (the parent's zeros, or the last round's children, which the parent joined).
+            CHECK(delta.cross_stream_waits == 2 * kStreams);
+            CHECK(delta.host_synchronizations() == 0);
+        }
+        // The parent reads it all: it has joined every child.
+        const auto before = device.counters();
+        launch(parent, LaunchConfig{1, 1}, touch, items);
+        CHECK((device.counters() - before).cross_stream_waits == 0);
+    }
+    CHECK(gpu.driver.violations().empty());
+}
+
+TEST_CASE("tracking.a_borrow_that_lasts_is_renewed_without_driver_calls") {
+    FakeGpu gpu;
+    {
+        auto device = Device::open(0);
+        auto owner = device.create_stream();
+        auto other = device.create_stream();
+        std::vector<DeviceSlice<float>> memory;
+        std::vector<BorrowedSlice<float>> borrowed;
+        for (int i = 0; i < 256; ++i) {
+            memory.push_back(DeviceSlice<float>::zeros(owner, 32));
+            borrowed.emplace_back(device, memory.back().device_ptr(), 32, owner);
+        }
+        auto module = Module::from_ptx(device, kPtx);
+        const auto touch = module.kernel<void(int*)>("touch");
+        for (int round = 0; round < 3; ++round) {
+            const auto renew = device.counters();
+            for (auto& b : borrowed) b.owner_wrote();
+            CHECK(device.counters() - renew == Counters{});  // bookkeeping only
+            // Stepped on another stream: one wait for the owner's (unseen) work, one for the owner after.
+            const auto before = device.counters();
+            IndirectAccess access(other);
+            for (auto& b : borrowed) access.add(b.view());
+            access.order();
+            launch(other, LaunchConfig{1, 1}, touch, nullptr);
+            access.done();
+            for (auto& b : borrowed) b.sync_owner();
+            const auto delta = device.counters() - before;
+            CHECK(delta.cross_stream_waits == 2);
+            CHECK(delta.events_recorded <= 2);
+        }
+        // Stepped on the owner's own stream: nothing at all.
+        for (auto& b : borrowed) b.owner_wrote();
+        const auto before = device.counters();
+        {
+            IndirectAccess access(owner);
+            for (auto& b : borrowed) access.add(b.view());
+            access.order();
+            launch(owner, LaunchConfig{1, 1}, touch, nullptr);
+            access.done();
+        }
+        for (auto& b : borrowed) b.sync_owner();
+        const auto delta = device.counters() - before;
+        CHECK(delta.cross_stream_waits == 0);
+        CHECK(delta.events_recorded == 0);
+        // Without an owner stream there is nothing to renew.
+        BorrowedSlice<float> ownerless(device, memory.front().device_ptr(), 32);
+        CHECK(contains(error_from([&] { ownerless.owner_wrote(); }), "no owner stream"));
+        CHECK(contains(error_from([&] { ownerless.sync_owner(); }), "no owner stream"));
+    }
+    CHECK(gpu.driver.violations().empty());
+}
