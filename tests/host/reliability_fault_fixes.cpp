@@ -1,0 +1,66 @@
+// Issue 28: the defects the fault sweep (reliability.a_fault_at_every_entry_and_call) and the issue found,
+// each on its own: a test that failed before its fix.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "core/device_state.hpp"
+#include "cudarc/dlpack.hpp"
+#include "reliability_support.hpp"
+
+using namespace cudarc;
+using cudarc::test::contains;
+using cudarc::test::error_from;
+using cudarc::test::FakeGpu;
+
+namespace {
+
+constexpr sys::Result kInjected = 999;  // CUDA_ERROR_UNKNOWN
+
+// A stream of "another library", made with the fake itself (not counted by the injector).
+sys::Stream raw_stream(FakeGpu& gpu, const Device& device) {
+    const auto scope = cudarc::detail::Internals::device_state(device)->bind();
+    sys::Stream stream = nullptr;
+    REQUIRE(gpu.driver.api().stream_create_with_priority(&stream, sys::kStreamNonBlocking, 0) ==
+            sys::kSuccess);
+    return stream;
+}
+
+void raw_destroy(FakeGpu& gpu, sys::Stream stream) {
+    static_cast<void>(gpu.driver.api().ctx_set_current(gpu.driver.primary_context(0)));
+    CHECK(gpu.driver.api().stream_destroy(stream) == sys::kSuccess);
+}
+
+}  // namespace
+
+TEST_CASE("reliability.retired_stream_whose_work_cannot_be_ordered_keeps_its_blocks_out_of_reach") {
+    // CachingSource::retire_stream: when neither the default stream's wait for the retired stream's final
+    // work nor the host wait for the device succeeds, the retired stream's cached blocks must not go to
+    // the default stream (Note [Free after a failed record]).
+    FakeGpu gpu;
+    {
+        auto device = Device::open(0);
+        const sys::Stream foreign_handle = raw_stream(gpu, device);
+        DevicePtr cached = 0;
+        {
+            Stream foreign = Stream::wrap(device, foreign_handle);
+            auto slice = DeviceSlice<int>::uninitialized(foreign, 4096);
+            cached = slice.device_ptr();
+            gpu.driver.hold(foreign_handle);  // the foreign stream's work is still running
+            memset(foreign, slice.view(), 1);
+            slice = DeviceSlice<int>();  // cached under the foreign stream: its memset may still run
+            gpu.faults.fail_nth(fake::Entry::stream_wait_event, 1, kInjected);
+            gpu.faults.fail_nth(fake::Entry::ctx_synchronize, 1, kInjected);
+        }  // the wrapper goes: neither ordering works
+        CHECK(gpu.faults.fired().size() == 2);
+        auto reused = DeviceSlice<int>::uninitialized(device.default_stream(), 4096);
+        CHECK(reused.device_ptr() != cached);
+        const std::string deferred = error_from([&] { device.rethrow_deferred_error(); });
+        CHECK(contains(deferred, "cuStreamWaitEvent"));
+        gpu.driver.release(foreign_handle);
+        raw_destroy(gpu, foreign_handle);
+    }
+    CHECK(gpu.driver.violations().empty());
+    CHECK(gpu.driver.live() == fake::LiveCounts{});  // the memory went back with the allocator
+}
