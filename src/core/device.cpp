@@ -47,7 +47,14 @@ DeviceState::DeviceState(const sys::DriverApi& api, int ordinal, const DeviceOpt
         sys::Stream handle = nullptr;
         check(api_.stream_create_with_priority(&handle, sys::kStreamNonBlocking, 0),
               sys::Entry::stream_create_with_priority);
-        auto state = std::make_shared<StreamState>(*this, handle, StreamOwnership::owned, 0);
+        std::shared_ptr<StreamState> state;
+        try {
+            state = std::make_shared<StreamState>(*this, handle, StreamOwnership::owned, 0);
+        } catch (...) {
+            // The state never owned the handle (its event could not be made): destroy it here.
+            static_cast<void>(api_.stream_destroy(handle));
+            throw;
+        }
         default_stream_ =
             std::make_unique<Stream>(Internals::make_stream(nullptr, std::move(state), nullptr));
         memory_ = make_memory_source(*this, options);

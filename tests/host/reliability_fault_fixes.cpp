@@ -64,3 +64,13 @@ TEST_CASE("reliability.retired_stream_whose_work_cannot_be_ordered_keeps_its_blo
     CHECK(gpu.driver.violations().empty());
     CHECK(gpu.driver.live() == fake::LiveCounts{});  // the memory went back with the allocator
 }
+
+TEST_CASE("reliability.device_open_that_fails_after_creating_its_stream_destroys_it") {
+    // The default stream's state takes an event from the pool; when that fails, the stream it was to own
+    // must not stay behind.
+    FakeGpu gpu;
+    gpu.faults.fail_nth(fake::Entry::event_create, 1, kInjected);
+    const std::string what = error_from([] { static_cast<void>(Device::open(0)); });
+    CHECK(contains(what, "cuEventCreate"));
+    CHECK(gpu.driver.live() == fake::LiveCounts{});
+}
