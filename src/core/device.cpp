@@ -364,12 +364,13 @@ Stream& Device::default_stream() const noexcept {
 void Device::synchronize() const {
     detail::refuse_in_capture("Device::synchronize",
                               "it would wait for work the capture records without running");
-    {
-        const detail::ContextScope scope = state_->bind();
-        state_->check(state_->api().ctx_synchronize(), sys::Entry::ctx_synchronize);
-        detail::AtomicCounters::bump(state_->counters().context_synchronizes);
-    }
-    state_->releases().poll();  // Note [Deferred release]: hooks run in the caller's own context
+    // Note [Deferred release]: hooks run in the caller's own context, after the wait, and also when it
+    // failed: on a lost device the poll runs every hook (its events can never complete), which would
+    // otherwise wait for the device's teardown, and a hook may be what keeps the device open.
+    const detail::PollReleasesOnExit poll(*state_);
+    const detail::ContextScope scope = state_->bind();
+    state_->check(state_->api().ctx_synchronize(), sys::Entry::ctx_synchronize);
+    detail::AtomicCounters::bump(state_->counters().context_synchronizes);
 }
 
 Counters Device::counters() const noexcept {

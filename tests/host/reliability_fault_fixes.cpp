@@ -74,3 +74,28 @@ TEST_CASE("reliability.device_open_that_fails_after_creating_its_stream_destroys
     CHECK(contains(what, "cuEventCreate"));
     CHECK(gpu.driver.live() == fake::LiveCounts{});
 }
+
+TEST_CASE("reliability.synchronize_on_a_lost_device_runs_the_release_hooks") {
+    // Note [Deferred release]: a DLPack deleter waits for its events in the device's queue. On a lost
+    // device they never complete; synchronize (which throws DeviceLost there) still polls, and the poll runs
+    // the hook. Here the hook frees a slice cudarc exported, which holds the device: without the poll the
+    // device could never close.
+    FakeGpu gpu;
+    {
+        auto device = Device::open(0);
+        Stream& stream = device.default_stream();
+        auto exported = DeviceSlice<int>::zeros(stream, 1024);
+        auto* tensor = to_dlpack(std::move(exported), stream);
+        {
+            Stream child = stream.fork();
+            BorrowedSlice<int> imported = from_dlpack<int>(device, tensor, child);
+            gpu.driver.hold(child.native());
+            memset(child, imported.view(), 1);  // queued: the release must wait for it
+        }
+        gpu.driver.lose_device(0);
+        CHECK_THROWS_AS(device.synchronize(), DeviceLost);
+        CHECK(device.lost());
+    }
+    // The device state is gone (the fake driver aborts if its context is still retained).
+    CHECK(gpu.driver.live().retained_primary_contexts == 0);
+}
