@@ -208,6 +208,18 @@ std::pair<sys::Graph, sys::Result> end_session(Stream& stream, std::unique_ptr<C
         api.graph_destroy(graph);
         graph = nullptr;
     }
+    if (ended != sys::kSuccess && ended != sys::kErrorNotSupported) {
+        // Note: a failed cuStreamEndCapture may leave the stream capturing; then everything enqueued on it
+        // later would silently go into a graph nobody launches. Ask, and end it once more (the first error
+        // is the one reported).
+        int status = sys::kStreamCaptureStatusNone;
+        if (api.stream_is_capturing(stream.native(), &status) == sys::kSuccess &&
+            status != sys::kStreamCaptureStatusNone) {
+            sys::Graph again = nullptr;
+            static_cast<void>(api.stream_end_capture(stream.native(), &again));
+            if (again != nullptr) api.graph_destroy(again);
+        }
+    }
     if (uses != nullptr && ended == sys::kSuccess) {
         try {
             *uses = CaptureSession::current()->take_uses();

@@ -99,3 +99,24 @@ TEST_CASE("reliability.synchronize_on_a_lost_device_runs_the_release_hooks") {
     // The device state is gone (the fake driver aborts if its context is still retained).
     CHECK(gpu.driver.live().retained_primary_contexts == 0);
 }
+
+TEST_CASE("reliability.failed_end_of_capture_does_not_leave_the_stream_capturing") {
+    // When cuStreamEndCapture fails, the stream may still be capturing; everything enqueued on it later
+    // would go into a graph nobody launches.
+    FakeGpu gpu;
+    {
+        auto device = Device::open(0);
+        Stream& stream = device.default_stream();
+        auto target = DeviceSlice<int>::zeros(stream, 256);
+        gpu.faults.fail_nth(fake::Entry::stream_end_capture, 1, kInjected);
+        const std::string what = error_from(
+            [&] { static_cast<void>(capture(stream, [&](Stream& s) { memset(s, target.view(), 3); })); });
+        CHECK(contains(what, "cuStreamEndCapture"));
+        CHECK_FALSE(stream.is_capturing());
+        memset(stream, target.view(), 5);
+        CHECK(target.to_vector(stream) == std::vector<int>(256, 0x05050505));  // memset sets bytes
+        device.rethrow_deferred_error();
+    }
+    CHECK(gpu.driver.violations().empty());
+    CHECK(gpu.driver.live() == fake::LiveCounts{});
+}
