@@ -120,3 +120,46 @@ TEST_CASE("reliability.failed_end_of_capture_does_not_leave_the_stream_capturing
     CHECK(gpu.driver.violations().empty());
     CHECK(gpu.driver.live() == fake::LiveCounts{});
 }
+
+TEST_CASE("reliability.stream_ordered_free_whose_uses_cannot_be_ordered_waits_for_the_device") {
+    // Note [Free after a failed record] for the stream-ordered pool: when the home stream cannot wait for
+    // another stream's use, the memory is freed after a host wait for the device, never leaked.
+    FakeGpu gpu;
+    {
+        DeviceOptions options;
+        options.memory_source = MemorySource::stream_ordered;
+        auto device = Device::open(0, options);
+        Stream& stream = device.default_stream();
+        {
+            auto slice = DeviceSlice<int>::zeros(stream, 1024);
+            Stream child = stream.fork();
+            memset(child, slice.view(), 2);  // a use on another stream
+            gpu.faults.fail_nth(fake::Entry::stream_wait_event, 1, kInjected);
+            const auto syncs = device.counters().context_synchronizes;
+            slice = DeviceSlice<int>();
+            CHECK(device.counters().context_synchronizes == syncs + 1);
+        }
+        CHECK(contains(error_from([&] { device.rethrow_deferred_error(); }), "cuStreamWaitEvent"));
+        device.empty_cache();
+        CHECK(gpu.driver.pool_used_bytes(0) == 0);
+    }
+    CHECK(gpu.driver.violations().empty());
+    CHECK(gpu.driver.live() == fake::LiveCounts{});
+}
+
+TEST_CASE("reliability.stream_ordered_source_reports_a_failed_pool_query") {
+    // Whether the device has memory pools: a failed query is an error, not a silent fallback to cuMemAlloc.
+    FakeGpu gpu;
+    DeviceOptions options;
+    options.memory_source = MemorySource::stream_ordered;
+    {
+        auto device = Device::open(0, options);  // counts the queries of a clean open
+    }
+    const std::uint64_t queries = gpu.faults.calls(fake::Entry::device_get_attribute);
+    REQUIRE(queries >= 1);
+    // The source asks last (it is made at the end of the device's construction).
+    gpu.faults.fail_nth(fake::Entry::device_get_attribute, queries, kInjected);
+    const std::string what = error_from([&] { static_cast<void>(Device::open(0, options)); });
+    CHECK(contains(what, "cuDeviceGetAttribute"));
+    CHECK(gpu.driver.live() == fake::LiveCounts{});
+}
