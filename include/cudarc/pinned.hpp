@@ -41,8 +41,11 @@ class CUDARC_API PinnedAllocation {
     void note_copy(Stream& stream);
     void release() noexcept;
 
-    std::shared_ptr<DeviceState> device_;
+    std::shared_ptr<DeviceState> device_;  // the device whose context allocated the memory
     void* data_ = nullptr;
+    // The device of the last async copy's stream (any device may copy: the memory is portable), whose pool
+    // last_copy_ comes from.
+    std::shared_ptr<DeviceState> copy_device_;
     NativeEvent last_copy_ = nullptr;  // pooled; recorded after each async copy
     bool untracked_copy_ = false;  // a copy neither an event nor a host wait covers: never free the memory
 };

@@ -73,6 +73,9 @@ struct Block {
     int graph_holds = 0;                  // captures still keeping a freed block back
     std::uint64_t capture_id = 0;         // the capture it was allocated during (0: none)
     std::vector<StreamKey> used_streams;  // other streams named by record_stream
+    // Work of a stream that could not be ordered before any other may still use it: once freed it stays
+    // held for good (CachingAllocator::abandon_stream).
+    bool out_of_reach = false;
 
     // Note: a block owns its free-set node while it is out of the set (extract/insert by node
     // handle), so moving a block in and out of a pool never allocates and never throws.

@@ -258,6 +258,12 @@ void CachingAllocator::absorb_next(Block* block) noexcept {
 }
 
 void CachingAllocator::return_to_pool(Block* block) noexcept {
+    if (block->out_of_reach) {
+        // abandon_stream: held for good, its neighbours kept apart.
+        block->state = BlockState::held;
+        held_bytes_ += block->size;
+        return;
+    }
     // Note: only free neighbours merge; allocated and held ones keep their boundaries.
     if (Block* prev = block->prev; prev != nullptr && prev->state == BlockState::free) {
         take(prev);
@@ -318,6 +324,7 @@ void CachingAllocator::recycle(Block* block) noexcept {
     block->graph_holds = 0;
     block->capture_id = 0;
     block->used_streams.clear();
+    block->out_of_reach = false;
     block->next = spare_blocks_;
     spare_blocks_ = block;
 }
@@ -568,6 +575,27 @@ void CachingAllocator::retire_stream(StreamKey from, StreamKey to) noexcept {
     }
     for (StreamQueue& queue : pending_) {
         if (queue.stream == from) queue.retired = true;
+    }
+    drop_retired_queues();
+}
+
+void CachingAllocator::abandon_stream(StreamKey from) noexcept {
+    std::lock_guard lock(mutex_);
+    for (Block* head : segments_) {
+        for (Block* block = head; block != nullptr; block = block->next) {
+            std::vector<StreamKey>& users = block->used_streams;
+            const auto it = std::find(users.begin(), users.end(), from);
+            if (block->stream != from && it == users.end()) continue;
+            if (it != users.end()) users.erase(it);  // never recorded on: the handle may be gone
+            block->out_of_reach = true;
+            if (block->state == BlockState::free) {
+                take(block);
+                return_to_pool(block);  // held for good
+            }
+        }
+    }
+    for (StreamQueue& queue : pending_) {
+        if (queue.stream == from) queue.retired = true;  // its events may still be queried
     }
     drop_retired_queues();
 }

@@ -80,6 +80,12 @@ class CachingAllocator {
     // record_stream entries move to `to`, so that nothing is cached under `from` any more. The caller has
     // made `to` wait for `from`'s work first. Never throws.
     void retire_stream(StreamKey from, StreamKey to) noexcept;
+    // `from` names a stream that is going away whose work could not be ordered before any other stream's,
+    // nor waited for (Note [Free after a failed record] in core/memory_source.hpp): every block of its
+    // segments, and every block it used through record_stream, stays out of reach, never handed out again
+    // (the free ones at once, the others when freed); the memory returns to the driver only with the
+    // allocator. Nothing is cached under `from` any more. Never throws.
+    void abandon_stream(StreamKey from) noexcept;
 
     // Graph capture. While any capture is under way the allocator queries no event, synchronizes
     // nothing and frees no segment. Blocks allocated during a capture, or freed while their stream

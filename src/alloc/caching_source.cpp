@@ -80,13 +80,28 @@ void CachingSource::deallocate(const detail::MemoryBlock& block, std::size_t byt
 void CachingSource::retire_stream(detail::StreamState& stream) noexcept {
     // The default stream takes the retired stream's blocks over, after waiting for its final work.
     detail::StreamState& heir = *device_.default_stream_state();
+    bool ordered = false;
     try {
         stream.order_before(heir);
-    } catch (const Error& error) {
-        device_.defer(error);
-        device_.synchronize_noexcept();
+        ordered = true;
     } catch (...) {
-        device_.synchronize_noexcept();
+        defer_current();
+    }
+    if (!ordered) {
+        // Note [Free after a failed record] (core/memory_source.hpp): the host waits for the whole device
+        // instead; if that fails too, the stream's work may still use its blocks, so they stay out of
+        // reach rather than go to the heir (unless the device is lost, where nothing runs any more).
+        const auto scope = device_.bind_or_defer();
+        const sys::Result waited = device_.api().ctx_synchronize();
+        if (waited == sys::kSuccess) {
+            detail::AtomicCounters::bump(device_.counters().context_synchronizes);
+        } else {
+            device_.defer(waited, sys::Entry::ctx_synchronize);
+            if (!device_.lost()) {
+                allocator_.abandon_stream(stream.key());
+                return;
+            }
+        }
     }
     allocator_.retire_stream(stream.key(), heir.key());
 }

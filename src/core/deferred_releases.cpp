@@ -6,6 +6,10 @@
 
 namespace cudarc::detail {
 
+PollReleasesOnExit::~PollReleasesOnExit() {
+    device_.releases().poll();
+}
+
 DeferredReleases::~DeferredReleases() {
     drain();
 }

@@ -47,7 +47,14 @@ DeviceState::DeviceState(const sys::DriverApi& api, int ordinal, const DeviceOpt
         sys::Stream handle = nullptr;
         check(api_.stream_create_with_priority(&handle, sys::kStreamNonBlocking, 0),
               sys::Entry::stream_create_with_priority);
-        auto state = std::make_shared<StreamState>(*this, handle, StreamOwnership::owned, 0);
+        std::shared_ptr<StreamState> state;
+        try {
+            state = std::make_shared<StreamState>(*this, handle, StreamOwnership::owned, 0);
+        } catch (...) {
+            // The state never owned the handle (its event could not be made): destroy it here.
+            static_cast<void>(api_.stream_destroy(handle));
+            throw;
+        }
         default_stream_ =
             std::make_unique<Stream>(Internals::make_stream(nullptr, std::move(state), nullptr));
         memory_ = make_memory_source(*this, options);
@@ -357,12 +364,13 @@ Stream& Device::default_stream() const noexcept {
 void Device::synchronize() const {
     detail::refuse_in_capture("Device::synchronize",
                               "it would wait for work the capture records without running");
-    {
-        const detail::ContextScope scope = state_->bind();
-        state_->check(state_->api().ctx_synchronize(), sys::Entry::ctx_synchronize);
-        detail::AtomicCounters::bump(state_->counters().context_synchronizes);
-    }
-    state_->releases().poll();  // Note [Deferred release]: hooks run in the caller's own context
+    // Note [Deferred release]: hooks run in the caller's own context, after the wait, and also when it
+    // failed: on a lost device the poll runs every hook (its events can never complete), which would
+    // otherwise wait for the device's teardown, and a hook may be what keeps the device open.
+    const detail::PollReleasesOnExit poll(*state_);
+    const detail::ContextScope scope = state_->bind();
+    state_->check(state_->api().ctx_synchronize(), sys::Entry::ctx_synchronize);
+    detail::AtomicCounters::bump(state_->counters().context_synchronizes);
 }
 
 Counters Device::counters() const noexcept {

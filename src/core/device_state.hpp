@@ -131,6 +131,19 @@ class DeferredReleases {
     std::atomic<std::size_t> queued_{0};
 };
 
+// Polls a device's release queue when it goes out of scope, after the scopes declared after it (so outside
+// their context: hooks run in the caller's own), whether or not an exception is on its way.
+class PollReleasesOnExit {
+  public:
+    explicit PollReleasesOnExit(DeviceState& device) noexcept : device_(device) {}
+    PollReleasesOnExit(const PollReleasesOnExit&) = delete;
+    PollReleasesOnExit& operator=(const PollReleasesOnExit&) = delete;
+    ~PollReleasesOnExit();
+
+  private:
+    DeviceState& device_;
+};
+
 class DeviceState : public std::enable_shared_from_this<DeviceState> {
   public:
     DeviceState(const sys::DriverApi& api, int ordinal, const DeviceOptions& options);

@@ -215,6 +215,21 @@ std::pair<sys::Graph, sys::Result> end_session(Stream& stream, std::unique_ptr<C
         api.graph_destroy(graph);
         graph = nullptr;
     }
+    if (ended != sys::kSuccess && ended != sys::kErrorNotSupported) {
+        // Note: a failed cuStreamEndCapture may leave the stream capturing; then everything enqueued on it
+        // later would silently go into a graph nobody launches. End it again (a few times, and also when
+        // the driver cannot say whether it still captures) until it says the capture is over; the first
+        // error is the one reported.
+        for (int attempt = 0; attempt < 3; ++attempt) {
+            int status = sys::kStreamCaptureStatusActive;
+            if (api.stream_is_capturing(stream.native(), &status) == sys::kSuccess &&
+                status == sys::kStreamCaptureStatusNone)
+                break;
+            sys::Graph again = nullptr;
+            static_cast<void>(api.stream_end_capture(stream.native(), &again));
+            if (again != nullptr) api.graph_destroy(again);
+        }
+    }
     if (uses != nullptr && ended == sys::kSuccess) {
         try {
             *uses = CaptureSession::current()->take_uses();

@@ -308,12 +308,10 @@ void Stream::wait(const Event& event) {
 void Stream::synchronize() {
     refuse_in_capture("Stream::synchronize", "it would wait for work the capture records without running");
     DeviceState& device = state_->device();
-    {
-        const auto scope = device.bind();
-        device.check(device.api().stream_synchronize(state_->handle()), sys::Entry::stream_synchronize);
-        detail::AtomicCounters::bump(device.counters().stream_synchronizes);
-    }
-    device.releases().poll();  // Note [Deferred release]: hooks run in the caller's own context
+    const detail::PollReleasesOnExit poll(device);  // as in Device::synchronize
+    const auto scope = device.bind();
+    device.check(device.api().stream_synchronize(state_->handle()), sys::Entry::stream_synchronize);
+    detail::AtomicCounters::bump(device.counters().stream_synchronizes);
 }
 
 bool Stream::query() const {

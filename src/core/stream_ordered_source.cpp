@@ -17,10 +17,14 @@ class StreamOrderedSource final : public MemorySource {
     explicit StreamOrderedSource(DeviceState& device) : device_(device) {
         const sys::DriverApi& api = device.api();
         int pools_supported = 0;
-        if (api.mem_alloc_async != nullptr && api.device_get_default_mem_pool != nullptr &&
-            api.device_get_attribute(&pools_supported, sys::attr::kMemoryPoolsSupported, device.device()) ==
-                sys::kSuccess &&
-            pools_supported != 0) {
+        if (api.mem_alloc_async != nullptr && api.device_get_default_mem_pool != nullptr) {
+            const sys::Result asked =
+                api.device_get_attribute(&pools_supported, sys::attr::kMemoryPoolsSupported, device.device());
+            // Note: a driver that does not know the attribute has no pools (pools_supported stays 0); any
+            // other failure is an error, not a silent fallback to cuMemAlloc, whose frees wait on the host.
+            if (asked != sys::kErrorInvalidValue) device.check(asked, sys::Entry::device_get_attribute);
+        }
+        if (pools_supported != 0) {
             device.check(api.device_get_default_mem_pool(&pool_, device.device()),
                          sys::Entry::device_get_default_mem_pool);
             std::uint64_t threshold = std::numeric_limits<std::uint64_t>::max();
@@ -62,8 +66,7 @@ class StreamOrderedSource final : public MemorySource {
     void deallocate(const MemoryBlock& block, std::size_t bytes, StreamState& home,
                     std::vector<StreamUse> uses) noexcept override {
         const sys::DriverApi& api = device_.api();
-        live_allocations_.fetch_sub(1, std::memory_order_relaxed);
-        if (!pooled()) unpooled_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+        bool ordered = false;
         try {
             const auto scope = device_.bind();
             if (pooled()) {
@@ -78,7 +81,8 @@ class StreamOrderedSource final : public MemorySource {
                     }
                 }
                 if (&freer != &home) home.order_before(freer);
-                device_.defer(api.mem_free_async(block.ptr, freer.handle()), sys::Entry::mem_free_async);
+                ordered = true;
+                free_now(block.ptr, freer.handle());
             } else {
                 // cuMemFree is not stream-ordered: wait on the host for every use first (counted).
                 home.order_before(*device_.default_stream_state());
@@ -86,13 +90,17 @@ class StreamOrderedSource final : public MemorySource {
                 device_.check(api.stream_synchronize(device_.default_stream_state()->handle()),
                               sys::Entry::stream_synchronize);
                 AtomicCounters::bump(device_.counters().stream_synchronizes);
-                device_.defer(api.mem_free(block.ptr), sys::Entry::mem_free);
+                ordered = true;
+                free_now(block.ptr, nullptr);
             }
-            AtomicCounters::bump(device_.counters().driver_frees);
         } catch (const Error& error) {
             device_.defer(error);
-        } catch (...) {
+        } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory while describing the failure
         }
+        uses.clear();  // the events go back before any host wait below
+        if (!ordered) free_after_host_wait(block.ptr);
+        live_allocations_.fetch_sub(1, std::memory_order_relaxed);
+        if (!pooled()) unpooled_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
     }
 
     // Note: memory whose cuMemFreeAsync is still queued on a stream is in use for the pool; it is released
@@ -131,6 +139,34 @@ class StreamOrderedSource final : public MemorySource {
 
   private:
     [[nodiscard]] bool pooled() const noexcept { return pool_ != nullptr; }
+
+    // Frees `ptr` now: ordered on `stream` (pooled), or at once (cuMemFree). The caller holds a context
+    // scope. A refusal is deferred: the driver keeps the memory.
+    void free_now(DevicePtr ptr, sys::Stream stream) noexcept {
+        const sys::DriverApi& api = device_.api();
+        if (pooled()) {
+            device_.defer(api.mem_free_async(ptr, stream), sys::Entry::mem_free_async);
+        } else {
+            device_.defer(api.mem_free(ptr), sys::Entry::mem_free);
+        }
+        AtomicCounters::bump(device_.counters().driver_frees);
+    }
+
+    // Note [Free after a failed record] (memory_source.hpp): the uses could not be ordered before the free,
+    // so the host waits for the whole device and frees then; if even that fails the memory stays out of
+    // reach (never freed), unless the device is lost.
+    void free_after_host_wait(DevicePtr ptr) noexcept {
+        const auto scope = device_.bind_or_defer();
+        const sys::Result waited = device_.api().ctx_synchronize();
+        if (waited == sys::kSuccess) {
+            AtomicCounters::bump(device_.counters().context_synchronizes);
+        } else {
+            device_.defer(waited, sys::Entry::ctx_synchronize);
+            if (!device_.lost()) return;
+        }
+        // Every use has completed: any stream may free it.
+        free_now(ptr, device_.default_stream_state()->handle());
+    }
 
     sys::Result allocate_once(DevicePtr& ptr, std::size_t bytes, StreamState& stream) {
         const sys::DriverApi& api = device_.api();

@@ -5,12 +5,13 @@
 // and back. cudarc holds a context scope of the communicator's device across each NCCL call, so that NCCL
 // sees the device the communicator belongs to. Nothing needs forgetting afterwards: every later scope asks
 // the driver which context is current (Note [Context scope] in core/device_state.hpp), and work after an
-// NCCL call (the events of finish_access) binds again in a scope of its own.
+// NCCL call (the event an operation records after it) binds again in a scope of its own.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <optional>
 
 #include "core/buffer.hpp"
 #include "core/capture.hpp"
@@ -53,6 +54,40 @@ Error nccl_error(const sys::NcclApi& nccl, const std::string& call, sys::NcclRes
         if (last != nullptr && *last != '\0') text += fmt::format(" (ncclGetLastError: {})", last);
     }
     return Error(call, result, sys::nccl_result_name(result), text, device, Backend::cuda);
+}
+
+// Note [NCCL errors and lost devices]
+// NCCL reports a CUDA call that failed inside it as ncclUnhandledCudaError, without the CUDA error. When
+// that error was sticky the device's context is broken, and the device must be marked lost (Note [Lost
+// devices]): else every later call would meet the driver's errors one by one, each its own, instead of
+// DeviceLost. So after ncclUnhandledCudaError cudarc asks the driver about the context: cuStreamQuery of the
+// device's default stream (it never blocks) returns the context's sticky error if it has one. That error,
+// naming the NCCL call, marks the device lost; the caller then throws DeviceLost (or, in a destructor,
+// defers it). Any other answer leaves the NCCL error as it is.
+std::optional<Error> sticky_cause(DeviceState& device, sys::NcclResult result, const Error& error) noexcept {
+    if (result != sys::kNcclUnhandledCudaError || device.lost()) return std::nullopt;
+    try {
+        const auto scope = device.bind_or_defer();
+        const sys::Result probe = device.api().stream_query(device.default_stream().native());
+        if (!sys::is_sticky_error(probe)) return std::nullopt;
+        return sys::make_error(device.api(), sys::Entry::stream_query, probe, device.ordinal(),
+                               fmt::format(" (asked after NCCL failed: {})", error.what()));
+    } catch (...) {
+        return std::nullopt;  // out of memory while describing it: the NCCL error stands
+    }
+}
+
+// Throws `error`, NCCL's `result` on `device`: DeviceLost once the device is lost, the sticky error NCCL
+// met included (Note [NCCL errors and lost devices]).
+[[noreturn]] void throw_on_device(DeviceState& device, sys::NcclResult result, const Error& error) {
+    if (const std::optional<Error> cause = sticky_cause(device, result, error)) device.throw_error(*cause);
+    device.throw_error(error);
+}
+
+// The same for destructors: the error is deferred (a sticky cause loses the device).
+void defer_on_device(DeviceState& device, sys::NcclResult result, const Error& error) noexcept {
+    if (const std::optional<Error> cause = sticky_cause(device, result, error)) device.defer(*cause);
+    device.defer(error);
 }
 
 void require_cuda(const Device& device, const char* what) {
@@ -170,7 +205,14 @@ std::vector<Communicator> Communicator::init_all(std::span<const Device> devices
     }
     if (result != sys::kNcclSuccess) {
         for (Communicator& comm : out) comm.failed_ = true;  // aborted, not finalized
-        throw nccl_error(nccl, "ncclCommInitAll", result, nullptr, -1);
+        const Error error = nccl_error(nccl, "ncclCommInitAll", result, nullptr, -1);
+        // Note [NCCL errors and lost devices]: any of the devices may be the one that failed.
+        for (const Device& device : devices) {
+            DeviceState& state = *cudarc::detail::Internals::device_state(device);
+            if (const std::optional<Error> cause = sticky_cause(state, result, error))
+                state.throw_error(*cause);
+        }
+        throw error;
     }
     for (int i = 0; i < count; ++i) {
         Communicator& comm = out[static_cast<std::size_t>(i)];
@@ -203,7 +245,8 @@ Communicator Communicator::init_rank(const Device& device, const UniqueId& id, i
     comm.world_size_ = count;
     if (result != sys::kNcclSuccess) {
         comm.failed_ = true;
-        throw nccl_error(nccl, "ncclCommInitRank", result, raw, device.ordinal());
+        throw_on_device(*comm.device_, result,
+                        nccl_error(nccl, "ncclCommInitRank", result, raw, device.ordinal()));
     }
     int nccl_device = -1;
     comm.check_result(nccl.comm_cu_device(raw, &nccl_device), "ncclCommCuDevice");
@@ -236,7 +279,8 @@ void Communicator::release() noexcept {
         const sys::NcclResult finalized = nccl->comm_finalize(comm);
         if (finalized != sys::kNcclSuccess) {
             try {
-                device_->defer(nccl_error(*nccl, "ncclCommFinalize", finalized, comm, device_->ordinal()));
+                defer_on_device(*device_, finalized,
+                                nccl_error(*nccl, "ncclCommFinalize", finalized, comm, device_->ordinal()));
             } catch (...) {
             }
             abort = true;
@@ -244,9 +288,9 @@ void Communicator::release() noexcept {
     }
     const sys::NcclResult result = abort ? nccl->comm_abort(comm) : nccl->comm_destroy(comm);
     if (result != sys::kNcclSuccess) {
+        const char* call = abort ? "ncclCommAbort" : "ncclCommDestroy";
         try {
-            device_->defer(nccl_error(*nccl, abort ? "ncclCommAbort" : "ncclCommDestroy", result, nullptr,
-                                      device_->ordinal()));
+            defer_on_device(*device_, result, nccl_error(*nccl, call, result, nullptr, device_->ordinal()));
         } catch (...) {
         }
     }
@@ -273,7 +317,7 @@ void Communicator::check_result(int result, const char* call) {
     // Note: NCCL leaves a communicator usable after it rejected the arguments; anything else (a CUDA,
     // system, internal or remote error) may have left it halfway through an operation.
     if (result != sys::kNcclInvalidArgument && result != sys::kNcclInvalidUsage) failed_ = true;
-    throw nccl_error(api(), call, result, comm_, device_ordinal());
+    throw_on_device(*device_, result, nccl_error(api(), call, result, comm_, device_ordinal()));
 }
 
 void Communicator::check_async_error() {
@@ -283,12 +327,12 @@ void Communicator::check_async_error() {
     check_result(nccl.comm_get_async_error(comm_, &async), "ncclCommGetAsyncError");
     if (async == sys::kNcclSuccess || async == sys::kNcclInProgress) return;
     failed_ = true;
-    throw nccl_error(
-        nccl,
-        fmt::format("ncclCommGetAsyncError (rank {} of {}: an asynchronous error; the communicator "
-                    "is unusable and is aborted when destroyed)",
-                    rank_, world_size_),
-        async, comm_, device_ordinal());
+    throw_on_device(*device_, async,
+                    nccl_error(nccl,
+                               fmt::format("ncclCommGetAsyncError (rank {} of {}: an asynchronous error; the "
+                                           "communicator is unusable and is aborted when destroyed)",
+                                           rank_, world_size_),
+                               async, comm_, device_ordinal()));
 }
 
 void Communicator::prepare(Stream& stream, const char* what, const detail::CollectiveBuffer* send,
@@ -296,6 +340,7 @@ void Communicator::prepare(Stream& stream, const char* what, const detail::Colle
     refuse_in_capture(what);
     if (comm_ == nullptr)
         throw Error(fmt::format("{}: the communicator is empty (moved from or aborted)", what));
+    if (device_->lost()) device_->throw_lost();  // Note [Lost devices]: before anything is enqueued
     if (failed_) {
         throw Error(
             fmt::format("{}: the communicator (rank {} of {}, device {}) failed earlier; destroy it (it is "
@@ -306,7 +351,6 @@ void Communicator::prepare(Stream& stream, const char* what, const detail::Colle
         throw Error(fmt::format("{}: the stream is on device {}, the communicator on device {}", what,
                                 stream.device_ordinal(), device_->ordinal()));
     }
-    if (device_->lost()) device_->throw_lost();  // Note [Lost devices]: before anything is enqueued
     check_async_error();
     if (Group* group = Group::innermost()) group->note(device_);
     if (send != nullptr) check_buffer(*send, what, "send buffer");
@@ -533,7 +577,13 @@ void Group::end() {
     if (tracking_failure) std::rethrow_exception(tracking_failure);
     if (result != sys::kNcclSuccess && result != sys::kNcclInProgress) {
         const int device = devices_.size() == 1 ? devices_.front()->ordinal() : -1;
-        throw nccl_error(nccl, "ncclGroupEnd", result, nullptr, device);
+        const Error error = nccl_error(nccl, "ncclGroupEnd", result, nullptr, device);
+        // Note [NCCL errors and lost devices]: any device of the group may be the one that failed.
+        for (const auto& state : devices_) {
+            if (const std::optional<Error> cause = sticky_cause(*state, result, error))
+                state->throw_error(*cause);
+        }
+        throw error;
     }
 }
 

@@ -19,6 +19,7 @@
 #include "cudarc/nvrtc.hpp"
 #include "cudarc/stream.hpp"
 #include "rtc/module_state.hpp"
+#include "rtc/shipped_modules.hpp"
 
 namespace cudarc {
 
@@ -147,7 +148,40 @@ struct ShippedEntry {
     std::optional<Module> module;
 };
 
+// The shipped modules loaded so far, keyed by device state, file, name expressions and options.
+struct ShippedModules {
+    std::mutex mutex;
+    std::map<std::string, std::shared_ptr<ShippedEntry>> entries;
+};
+
+ShippedModules& shipped_modules() {
+    static ShippedModules modules;
+    return modules;
+}
+
+std::string device_key(const DeviceState& device) {
+    return fmt::format("{}\n", static_cast<const void*>(&device));
+}
+
 }  // namespace
+
+void detail::forget_shipped_modules(const DeviceState& device) noexcept {
+    std::map<std::string, std::shared_ptr<ShippedEntry>> forgotten;
+    try {
+        const std::string prefix = device_key(device);
+        ShippedModules& shipped = shipped_modules();
+        std::lock_guard lock(shipped.mutex);
+        for (auto it = shipped.entries.begin(); it != shipped.entries.end();) {
+            if (it->first.starts_with(prefix)) {
+                forgotten.insert(shipped.entries.extract(it++));
+            } else {
+                ++it;
+            }
+        }
+    } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory; the modules stay loaded
+    }
+    // Note: the modules unload here, outside the lock (an unload binds the device's context).
+}
 
 const Module& Module::shipped(const Device& device, std::string_view file_name,
                               const std::vector<std::string>& name_expressions,
@@ -158,17 +192,15 @@ const Module& Module::shipped(const Device& device, std::string_view file_name,
 
     // Note: the entry keeps its module, and so the device state, alive; the state's address therefore
     // identifies the device for the process's lifetime.
-    std::string key = fmt::format(
-        "{}\n{}\n", static_cast<const void*>(detail::Internals::device_state(device).get()), file_name);
+    std::string key = device_key(*detail::Internals::device_state(device)) + std::string(file_name) + '\n';
     for (const auto& expression : name_expressions) key += expression + '\x1f';
     key += '\n' + options_key(resolved);
 
-    static std::mutex mutex;
-    static std::map<std::string, std::shared_ptr<ShippedEntry>> entries;
+    ShippedModules& shipped = shipped_modules();
     std::shared_ptr<ShippedEntry> entry;
     {
-        std::lock_guard lock(mutex);
-        auto& slot = entries[key];
+        std::lock_guard lock(shipped.mutex);
+        auto& slot = shipped.entries[key];
         if (!slot) slot = std::make_shared<ShippedEntry>();
         entry = slot;
     }

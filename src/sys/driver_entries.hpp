@@ -12,8 +12,8 @@
 //   function the adapter in src/sys/hip/hip_driver.cpp calls for it ("hipA/hipB" where either can give the
 //   result; null where HIP leaves the field empty, and then the CUDA name is reported);
 // - the fake driver's and the fault injector's coverage of the table (testing/fake_driver).
-// A new entry is one line here, an adapter in hip_driver.cpp (or a null field there) and a fake in
-// testing/fake_driver/fake_driver.cpp. A host test (hip.driver_list_*) checks that every HIP name is a
+// A new entry is one line here, an adapter in hip_driver.cpp (or a null field there) and a fake's body,
+// bodies::X in testing/fake_driver/fake_driver.cpp (Note [Generated fake entries]). A host test (hip.driver_list_*) checks that every HIP name is a
 // function hip_driver.cpp resolves and that no code outside src/sys spells a driver function's name.
 //
 // X(field, CUDA name, HIP name or nullptr, required or optional (on CUDA), minimum CUDA version for

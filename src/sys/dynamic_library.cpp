@@ -44,6 +44,16 @@ bool DynamicLibrary::load_first(const std::vector<std::string>& candidates, cons
     return false;
 }
 
+bool DynamicLibrary::preload(const std::string& path, std::string& why) {
+    dlerror();
+    // Note: RTLD_LOCAL is enough: a later dlopen of the soname matches a loaded object by its DT_SONAME,
+    // whatever its scope, and nothing of the library needs to be global. Never closed (as above).
+    if (dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL) != nullptr) return true;
+    const char* raw = dlerror();
+    why = raw != nullptr ? raw : "not found";
+    return false;
+}
+
 void* DynamicLibrary::symbol(const char* name) const noexcept {
     return handle_ != nullptr ? dlsym(handle_, name) : nullptr;
 }

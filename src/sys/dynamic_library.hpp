@@ -30,6 +30,12 @@ class DynamicLibrary {
     static bool load_first(const std::vector<std::string>& candidates, const Use& use,
                            std::vector<std::string>& attempts);
 
+    // Opens the library at `path` (a file) for the rest of the process and returns nothing of it: for a
+    // library that another vendor library dlopens by soname itself, so that its dlopen finds this one
+    // already loaded instead of searching the dynamic linker's path (Note [NVRTC's builtins]). False, with
+    // dlerror's reason in `why`, when it does not open.
+    static bool preload(const std::string& path, std::string& why);
+
     [[nodiscard]] bool loaded() const noexcept { return handle_ != nullptr; }
     [[nodiscard]] const std::string& path() const noexcept { return path_; }
     [[nodiscard]] void* symbol(const char* name) const noexcept;

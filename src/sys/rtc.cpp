@@ -49,7 +49,9 @@ const char* describe(RtcResult result) {
         case 6:
             return "the source did not compile (see the log)";
         case 7:
-            return "a built-in operation failed";
+            return "a built-in operation failed (on NVRTC, often: libnvrtc-builtins of the same version "
+                   "could "
+                   "not be loaded; it must sit next to libnvrtc or on the dynamic linker's path)";
         case 8:
             return "name expressions must be added before compiling";
         case 9:

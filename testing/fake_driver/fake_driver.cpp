@@ -1,5 +1,6 @@
 #include "fake_driver/fake_driver.hpp"
 
+#include <elf.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -520,37 +521,35 @@ FakeDriver::Impl& impl() {
 using Lock = std::lock_guard<std::mutex>;
 using Impl = FakeDriver::Impl;
 
-// ---- The table's entries, in DriverApi's order ----
+// ---- The entries' bodies, in DriverApi's order (Note [Generated fake entries]) ----
 
-sys::Result init(unsigned) {
+namespace bodies {
+
+sys::Result init(Impl&, unsigned) {
     return sys::kSuccess;
 }
-sys::Result driver_get_version(int* version) {
+sys::Result driver_get_version(Impl&, int* version) {
     *version = 13000;
     return sys::kSuccess;
 }
-sys::Result get_error_name(sys::Result result, const char** name) {
+sys::Result get_error_name(Impl&, sys::Result result, const char** name) {
     const ErrorName* e = find_error(result);
     if (e == nullptr) return sys::kErrorInvalidValue;
     *name = e->name;
     return sys::kSuccess;
 }
-sys::Result get_error_string(sys::Result result, const char** text) {
+sys::Result get_error_string(Impl&, sys::Result result, const char** text) {
     const ErrorName* e = find_error(result);
     if (e == nullptr) return sys::kErrorInvalidValue;
     *text = e->text;
     return sys::kSuccess;
 }
 
-sys::Result device_get_count(int* count) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result device_get_count(Impl& d, int* count) {
     *count = static_cast<int>(d.devices.size());
     return sys::kSuccess;
 }
-sys::Result device_get(sys::Device* device, int ordinal) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result device_get(Impl& d, sys::Device* device, int ordinal) {
     if (ordinal < 0 || static_cast<std::size_t>(ordinal) >= d.devices.size()) return kErrorInvalidDevice;
     *device = ordinal;
     return sys::kSuccess;
@@ -558,9 +557,7 @@ sys::Result device_get(sys::Device* device, int ordinal) {
 bool valid_device(const Impl& d, sys::Device device) {
     return device >= 0 && static_cast<std::size_t>(device) < d.devices.size();
 }
-sys::Result device_get_name(char* name, int len, sys::Device device) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result device_get_name(Impl& d, char* name, int len, sys::Device device) {
     if (!valid_device(d, device) || len <= 0) return kErrorInvalidDevice;
     const std::string& text = d.devices[static_cast<std::size_t>(device)].spec.name;
     const std::size_t n = std::min(text.size(), static_cast<std::size_t>(len - 1));
@@ -568,23 +565,17 @@ sys::Result device_get_name(char* name, int len, sys::Device device) {
     name[n] = '\0';
     return sys::kSuccess;
 }
-sys::Result device_get_uuid(sys::Uuid* uuid, sys::Device device) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result device_get_uuid(Impl& d, sys::Uuid* uuid, sys::Device device) {
     if (!valid_device(d, device)) return kErrorInvalidDevice;
     for (int i = 0; i < 16; ++i) uuid->bytes[i] = static_cast<char>(0xc0 + i + device);
     return sys::kSuccess;
 }
-sys::Result device_total_mem(std::size_t* bytes, sys::Device device) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result device_total_mem(Impl& d, std::size_t* bytes, sys::Device device) {
     if (!valid_device(d, device)) return kErrorInvalidDevice;
     *bytes = d.devices[static_cast<std::size_t>(device)].spec.memory_bytes;
     return sys::kSuccess;
 }
-sys::Result device_get_attribute(int* value, int attribute, sys::Device device) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result device_get_attribute(Impl& d, int* value, int attribute, sys::Device device) {
     if (!valid_device(d, device)) return kErrorInvalidDevice;
     bool known = false;
     const int answer =
@@ -593,48 +584,36 @@ sys::Result device_get_attribute(int* value, int attribute, sys::Device device) 
     *value = answer;
     return sys::kSuccess;
 }
-sys::Result device_get_pci_bus_id(char* id, int len, sys::Device device) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result device_get_pci_bus_id(Impl& d, char* id, int len, sys::Device device) {
     if (!valid_device(d, device) || len < 13) return sys::kErrorInvalidValue;
     std::snprintf(id, static_cast<std::size_t>(len), "0000:%02x:00.0", 0x18 + device);
     return sys::kSuccess;
 }
-sys::Result device_primary_ctx_retain(sys::Context* ctx, sys::Device device) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result device_primary_ctx_retain(Impl& d, sys::Context* ctx, sys::Device device) {
     if (!valid_device(d, device)) return kErrorInvalidDevice;
     Impl::Device& dev = d.devices[static_cast<std::size_t>(device)];
     ++dev.retains;
     *ctx = as_handle<sys::Context>(dev.primary);
     return sys::kSuccess;
 }
-sys::Result device_primary_ctx_release(sys::Device device) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result device_primary_ctx_release(Impl& d, sys::Device device) {
     if (!valid_device(d, device)) return kErrorInvalidDevice;
     Impl::Device& dev = d.devices[static_cast<std::size_t>(device)];
     if (dev.retains == 0) return kErrorInvalidContext;
     --dev.retains;
     return sys::kSuccess;
 }
-sys::Result device_can_access_peer(int* can_access, sys::Device device, sys::Device peer) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result device_can_access_peer(Impl& d, int* can_access, sys::Device device, sys::Device peer) {
     if (!valid_device(d, device) || !valid_device(d, peer)) return kErrorInvalidDevice;
     *can_access = device != peer && d.options.peer_access ? 1 : 0;
     return sys::kSuccess;
 }
 
-sys::Result ctx_get_current(sys::Context* ctx) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result ctx_get_current(Impl& d, sys::Context* ctx) {
     *ctx = as_handle<sys::Context>(d.current());
     return sys::kSuccess;
 }
-sys::Result ctx_set_current(sys::Context ctx) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result ctx_set_current(Impl& d, sys::Context ctx) {
     const std::uint64_t id = id_of(ctx);
     if (id != 0) {
         const auto it = d.contexts.find(id);
@@ -644,26 +623,20 @@ sys::Result ctx_set_current(sys::Context ctx) {
     t_context = id;
     return sys::kSuccess;
 }
-sys::Result ctx_synchronize() {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result ctx_synchronize(Impl& d) {
     std::uint64_t context = 0;
     if (const sys::Result r = d.use_current(context)) return r;
     d.finish_all();
     return sys::kSuccess;
 }
-sys::Result ctx_get_stream_priority_range(int* least, int* greatest) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result ctx_get_stream_priority_range(Impl& d, int* least, int* greatest) {
     std::uint64_t context = 0;
     if (const sys::Result r = d.use_current(context)) return r;
     *least = 0;
     *greatest = -5;
     return sys::kSuccess;
 }
-sys::Result mem_get_info(std::size_t* free_bytes, std::size_t* total_bytes) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result mem_get_info(Impl& d, std::size_t* free_bytes, std::size_t* total_bytes) {
     std::uint64_t context = 0;
     if (const sys::Result r = d.use_current(context)) return r;
     const Impl::Device& dev = d.devices[static_cast<std::size_t>(d.ordinal_of_context(context))];
@@ -671,9 +644,7 @@ sys::Result mem_get_info(std::size_t* free_bytes, std::size_t* total_bytes) {
     *free_bytes = dev.spec.memory_bytes - dev.used;
     return sys::kSuccess;
 }
-sys::Result ctx_enable_peer_access(sys::Context peer, unsigned flags) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result ctx_enable_peer_access(Impl& d, sys::Context peer, unsigned flags) {
     std::uint64_t context = 0;
     if (const sys::Result r = d.use_current(context)) return r;
     if (flags != 0) return sys::kErrorInvalidValue;
@@ -686,9 +657,7 @@ sys::Result ctx_enable_peer_access(sys::Context peer, unsigned flags) {
     return sys::kSuccess;
 }
 
-sys::Result stream_create_with_priority(sys::Stream* stream, unsigned flags, int priority) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result stream_create_with_priority(Impl& d, sys::Stream* stream, unsigned flags, int priority) {
     std::uint64_t context = 0;
     if (const sys::Result r = d.use_current(context)) return r;
     const std::uint64_t id = d.new_id();
@@ -699,9 +668,7 @@ sys::Result stream_create_with_priority(sys::Stream* stream, unsigned flags, int
     *stream = as_handle<sys::Stream>(id);
     return sys::kSuccess;
 }
-sys::Result stream_destroy(sys::Stream stream) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result stream_destroy(Impl& d, sys::Stream stream) {
     sys::Result error = sys::kSuccess;
     Impl::Stream* s = d.find_stream(stream, error);
     if (s == nullptr) return error;
@@ -710,9 +677,7 @@ sys::Result stream_destroy(sys::Stream stream) {
     s->alive = false;
     return d.devices[static_cast<std::size_t>(d.ordinal_of_context(s->context))].lost;
 }
-sys::Result stream_synchronize(sys::Stream stream) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result stream_synchronize(Impl& d, sys::Stream stream) {
     sys::Result error = sys::kSuccess;
     Impl::Stream* s = d.find_stream(stream, error);
     if (s == nullptr) return error;
@@ -724,18 +689,14 @@ sys::Result stream_synchronize(sys::Stream stream) {
     d.finish_all();
     return d.devices[static_cast<std::size_t>(d.ordinal_of_context(s->context))].lost;
 }
-sys::Result stream_query(sys::Stream stream) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result stream_query(Impl& d, sys::Stream stream) {
     sys::Result error = sys::kSuccess;
     Impl::Stream* s = d.find_stream(stream, error);
     if (s == nullptr) return error;
     if (const sys::Result r = d.use(s->context, false)) return r;
     return s->queue.empty() ? sys::kSuccess : sys::kErrorNotReady;
 }
-sys::Result stream_wait_event(sys::Stream stream, sys::Event event, unsigned) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result stream_wait_event(Impl& d, sys::Stream stream, sys::Event event, unsigned) {
     sys::Result error = sys::kSuccess;
     Impl::Stream* s = d.find_stream(stream, error);
     if (s == nullptr) return error;
@@ -763,36 +724,28 @@ sys::Result stream_wait_event(sys::Stream stream, sys::Event event, unsigned) {
     }
     return sys::kSuccess;
 }
-sys::Result stream_get_priority(sys::Stream stream, int* priority) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result stream_get_priority(Impl& d, sys::Stream stream, int* priority) {
     sys::Result error = sys::kSuccess;
     Impl::Stream* s = d.find_stream(stream, error);
     if (s == nullptr) return error;
     *priority = s->priority;
     return sys::kSuccess;
 }
-sys::Result stream_get_flags(sys::Stream stream, unsigned* flags) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result stream_get_flags(Impl& d, sys::Stream stream, unsigned* flags) {
     sys::Result error = sys::kSuccess;
     Impl::Stream* s = d.find_stream(stream, error);
     if (s == nullptr) return error;
     *flags = s->flags;
     return sys::kSuccess;
 }
-sys::Result stream_get_ctx(sys::Stream stream, sys::Context* ctx) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result stream_get_ctx(Impl& d, sys::Stream stream, sys::Context* ctx) {
     sys::Result error = sys::kSuccess;
     Impl::Stream* s = d.find_stream(stream, error);
     if (s == nullptr) return error;
     *ctx = as_handle<sys::Context>(s->context);
     return sys::kSuccess;
 }
-sys::Result stream_is_capturing(sys::Stream stream, int* status) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result stream_is_capturing(Impl& d, sys::Stream stream, int* status) {
     sys::Result error = sys::kSuccess;
     Impl::Stream* s = d.find_stream(stream, error);
     if (s == nullptr) return error;
@@ -800,9 +753,7 @@ sys::Result stream_is_capturing(sys::Stream stream, int* status) {
     *status = s->capture != 0 ? sys::kStreamCaptureStatusActive : sys::kStreamCaptureStatusNone;
     return sys::kSuccess;
 }
-sys::Result stream_begin_capture(sys::Stream stream, int) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result stream_begin_capture(Impl& d, sys::Stream stream, int) {
     sys::Result error = sys::kSuccess;
     Impl::Stream* s = d.find_stream(stream, error);
     if (s == nullptr) return error;
@@ -813,9 +764,7 @@ sys::Result stream_begin_capture(sys::Stream stream, int) {
     d.graphs[s->capture].context = s->context;
     return sys::kSuccess;
 }
-sys::Result stream_end_capture(sys::Stream stream, sys::Graph* graph) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result stream_end_capture(Impl& d, sys::Stream stream, sys::Graph* graph) {
     sys::Result error = sys::kSuccess;
     Impl::Stream* s = d.find_stream(stream, error);
     if (s == nullptr) return error;
@@ -837,9 +786,7 @@ sys::Result stream_end_capture(sys::Stream stream, sys::Graph* graph) {
     return sys::kSuccess;
 }
 
-sys::Result event_create(sys::Event* event, unsigned flags) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result event_create(Impl& d, sys::Event* event, unsigned flags) {
     std::uint64_t context = 0;
     if (const sys::Result r = d.use_current(context)) return r;
     const std::uint64_t id = d.new_id();
@@ -849,18 +796,14 @@ sys::Result event_create(sys::Event* event, unsigned flags) {
     *event = as_handle<sys::Event>(id);
     return sys::kSuccess;
 }
-sys::Result event_destroy(sys::Event event) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result event_destroy(Impl& d, sys::Event event) {
     sys::Result error = sys::kSuccess;
     Impl::Event* e = d.find_live(d.events, id_of(event), "event", error);
     if (e == nullptr) return error;
     e->alive = false;  // a queued record still completes it for the waits already enqueued
     return sys::kSuccess;
 }
-sys::Result event_record(sys::Event event, sys::Stream stream) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result event_record(Impl& d, sys::Event event, sys::Stream stream) {
     sys::Result error = sys::kSuccess;
     Impl::Event* e = d.find_live(d.events, id_of(event), "event", error);
     if (e == nullptr) return error;
@@ -878,9 +821,7 @@ sys::Result event_record(sys::Event event, sys::Stream stream) {
     d.enqueue(*s, std::move(op));
     return sys::kSuccess;
 }
-sys::Result event_query(sys::Event event) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result event_query(Impl& d, sys::Event event) {
     sys::Result error = sys::kSuccess;
     Impl::Event* e = d.find_live(d.events, id_of(event), "event", error);
     if (e == nullptr) return error;
@@ -888,9 +829,7 @@ sys::Result event_query(sys::Event event) {
     if (e->capture != 0 && !d.capture_active(e->capture)) return sys::kErrorInvalidValue;
     return e->completed >= e->recorded ? sys::kSuccess : sys::kErrorNotReady;
 }
-sys::Result event_synchronize(sys::Event event) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result event_synchronize(Impl& d, sys::Event event) {
     sys::Result error = sys::kSuccess;
     Impl::Event* e = d.find_live(d.events, id_of(event), "event", error);
     if (e == nullptr) return error;
@@ -899,9 +838,7 @@ sys::Result event_synchronize(sys::Event event) {
     d.finish_all();
     return d.devices[static_cast<std::size_t>(d.ordinal_of_context(e->context))].lost;
 }
-sys::Result event_elapsed_time(float* ms, sys::Event start, sys::Event end) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result event_elapsed_time(Impl& d, float* ms, sys::Event start, sys::Event end) {
     sys::Result error = sys::kSuccess;
     Impl::Event* a = d.find_live(d.events, id_of(start), "event", error);
     Impl::Event* b = a != nullptr ? d.find_live(d.events, id_of(end), "event", error) : nullptr;
@@ -913,9 +850,7 @@ sys::Result event_elapsed_time(float* ms, sys::Event start, sys::Event end) {
     return sys::kSuccess;
 }
 
-sys::Result allocate_current(DevicePtr* ptr, std::size_t bytes, Impl::MemoryKind kind) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result allocate_current(Impl& d, DevicePtr* ptr, std::size_t bytes, Impl::MemoryKind kind) {
     std::uint64_t context = 0;
     if (const sys::Result r = d.use_current(context)) return r;
     if (bytes == 0) return sys::kErrorInvalidValue;
@@ -925,12 +860,10 @@ sys::Result allocate_current(DevicePtr* ptr, std::size_t bytes, Impl::MemoryKind
     *ptr = static_cast<DevicePtr>(address);
     return sys::kSuccess;
 }
-sys::Result mem_alloc(DevicePtr* ptr, std::size_t bytes) {
-    return allocate_current(ptr, bytes, Impl::MemoryKind::device);
+sys::Result mem_alloc(Impl& d, DevicePtr* ptr, std::size_t bytes) {
+    return allocate_current(d, ptr, bytes, Impl::MemoryKind::device);
 }
-sys::Result mem_free(DevicePtr ptr) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result mem_free(Impl& d, DevicePtr ptr) {
     const auto it = d.memory.find(static_cast<std::uintptr_t>(ptr));
     if (it == d.memory.end() ||
         (it->second.kind != Impl::MemoryKind::device && it->second.kind != Impl::MemoryKind::managed)) {
@@ -943,9 +876,7 @@ sys::Result mem_free(DevicePtr ptr) {
     d.release_memory(it);
     return lost;
 }
-sys::Result mem_alloc_async(DevicePtr* ptr, std::size_t bytes, sys::Stream stream) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result mem_alloc_async(Impl& d, DevicePtr* ptr, std::size_t bytes, sys::Stream stream) {
     sys::Result error = sys::kSuccess;
     Impl::Stream* s = d.find_stream(stream, error);
     if (s == nullptr) return error;
@@ -972,9 +903,7 @@ sys::Result mem_alloc_async(DevicePtr* ptr, std::size_t bytes, sys::Stream strea
     *ptr = static_cast<DevicePtr>(address);
     return sys::kSuccess;
 }
-sys::Result mem_free_async(DevicePtr ptr, sys::Stream stream) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result mem_free_async(Impl& d, DevicePtr ptr, sys::Stream stream) {
     sys::Result error = sys::kSuccess;
     Impl::Stream* s = d.find_stream(stream, error);
     if (s == nullptr) return error;
@@ -998,9 +927,7 @@ sys::Result mem_free_async(DevicePtr ptr, sys::Stream stream) {
     d.enqueue(*s, std::move(op));
     return sys::kSuccess;
 }
-sys::Result device_get_default_mem_pool(sys::MemoryPool* pool, sys::Device device) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result device_get_default_mem_pool(Impl& d, sys::MemoryPool* pool, sys::Device device) {
     if (!valid_device(d, device)) return kErrorInvalidDevice;
     const Impl::Device& dev = d.devices[static_cast<std::size_t>(device)];
     if (!dev.spec.memory_pools) return sys::kErrorNotSupported;
@@ -1011,9 +938,7 @@ Impl::Pool* find_pool(Impl& d, sys::MemoryPool pool) {
     const auto it = d.pools.find(id_of(pool));
     return it != d.pools.end() ? &it->second : nullptr;
 }
-sys::Result mem_pool_set_attribute(sys::MemoryPool pool, int attribute, void* value) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result mem_pool_set_attribute(Impl& d, sys::MemoryPool pool, int attribute, void* value) {
     Impl::Pool* p = find_pool(d, pool);
     if (p == nullptr) return kErrorInvalidHandle;
     const std::uint64_t v = *static_cast<const std::uint64_t*>(value);
@@ -1033,18 +958,14 @@ sys::Result mem_pool_set_attribute(sys::MemoryPool pool, int attribute, void* va
             return sys::kErrorInvalidValue;
     }
 }
-sys::Result mem_pool_trim_to(sys::MemoryPool pool, std::size_t keep) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result mem_pool_trim_to(Impl& d, sys::MemoryPool pool, std::size_t keep) {
     Impl::Pool* p = find_pool(d, pool);
     if (p == nullptr) return kErrorInvalidHandle;
     if (const sys::Result lost = d.devices[static_cast<std::size_t>(p->ordinal)].lost) return lost;
     d.trim(*p, keep);
     return sys::kSuccess;
 }
-sys::Result mem_pool_get_attribute(sys::MemoryPool pool, int attribute, void* value) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result mem_pool_get_attribute(Impl& d, sys::MemoryPool pool, int attribute, void* value) {
     Impl::Pool* p = find_pool(d, pool);
     if (p == nullptr) return kErrorInvalidHandle;
     std::uint64_t v = 0;
@@ -1070,12 +991,10 @@ sys::Result mem_pool_get_attribute(sys::MemoryPool pool, int attribute, void* va
     std::memcpy(value, &v, sizeof v);
     return sys::kSuccess;
 }
-sys::Result mem_alloc_managed(DevicePtr* ptr, std::size_t bytes, unsigned) {
-    return allocate_current(ptr, bytes, Impl::MemoryKind::managed);
+sys::Result mem_alloc_managed(Impl& d, DevicePtr* ptr, std::size_t bytes, unsigned) {
+    return allocate_current(d, ptr, bytes, Impl::MemoryKind::managed);
 }
-sys::Result mem_prefetch_async(DevicePtr ptr, std::size_t bytes, sys::Device, sys::Stream stream) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result mem_prefetch_async(Impl& d, DevicePtr ptr, std::size_t bytes, sys::Device, sys::Stream stream) {
     sys::Result error = sys::kSuccess;
     Impl::Stream* s = d.find_stream(stream, error);
     if (s == nullptr) return error;
@@ -1084,9 +1003,7 @@ sys::Result mem_prefetch_async(DevicePtr ptr, std::size_t bytes, sys::Device, sy
     if (a == nullptr || a->kind != Impl::MemoryKind::managed) return sys::kErrorInvalidValue;
     return sys::kSuccess;
 }
-sys::Result mem_host_alloc(void** ptr, std::size_t bytes, unsigned) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result mem_host_alloc(Impl& d, void** ptr, std::size_t bytes, unsigned) {
     std::uint64_t context = 0;
     if (const sys::Result r = d.use_current(context)) return r;
     if (bytes == 0) return sys::kErrorInvalidValue;
@@ -1097,9 +1014,7 @@ sys::Result mem_host_alloc(void** ptr, std::size_t bytes, unsigned) {
     *ptr = reinterpret_cast<void*>(address);
     return sys::kSuccess;
 }
-sys::Result mem_free_host(void* ptr) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result mem_free_host(Impl& d, void* ptr) {
     const auto it = d.memory.find(reinterpret_cast<std::uintptr_t>(ptr));
     if (it == d.memory.end() || it->second.kind != Impl::MemoryKind::host) {
         d.violation(fmt::format("cuMemFreeHost of {}, which cuMemHostAlloc did not return", ptr));
@@ -1134,9 +1049,8 @@ Impl::Stream* copy_stream(Impl& d, sys::Stream stream, sys::Result& error) {
     return s;
 }
 
-sys::Result memcpy_htod_async(DevicePtr dst, const void* src, std::size_t bytes, sys::Stream stream) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result memcpy_htod_async(Impl& d, DevicePtr dst, const void* src, std::size_t bytes,
+                              sys::Stream stream) {
     sys::Result error = sys::kSuccess;
     Impl::Stream* s = copy_stream(d, stream, error);
     if (s == nullptr) return error;
@@ -1170,9 +1084,7 @@ sys::Result memcpy_htod_async(DevicePtr dst, const void* src, std::size_t bytes,
     d.enqueue(*s, std::move(op));
     return sys::kSuccess;
 }
-sys::Result memcpy_dtoh_async(void* dst, DevicePtr src, std::size_t bytes, sys::Stream stream) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result memcpy_dtoh_async(Impl& d, void* dst, DevicePtr src, std::size_t bytes, sys::Stream stream) {
     sys::Result error = sys::kSuccess;
     Impl::Stream* s = copy_stream(d, stream, error);
     if (s == nullptr) return error;
@@ -1196,9 +1108,7 @@ sys::Result memcpy_dtoh_async(void* dst, DevicePtr src, std::size_t bytes, sys::
     if (!page_locked && s->capture == 0) d.finish_all();
     return sys::kSuccess;
 }
-sys::Result memcpy_dtod_async(DevicePtr dst, DevicePtr src, std::size_t bytes, sys::Stream stream) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result memcpy_dtod_async(Impl& d, DevicePtr dst, DevicePtr src, std::size_t bytes, sys::Stream stream) {
     sys::Result error = sys::kSuccess;
     Impl::Stream* s = copy_stream(d, stream, error);
     if (s == nullptr) return error;
@@ -1219,10 +1129,8 @@ sys::Result memcpy_dtod_async(DevicePtr dst, DevicePtr src, std::size_t bytes, s
     d.enqueue(*s, std::move(op));
     return sys::kSuccess;
 }
-sys::Result memcpy_peer_async(DevicePtr dst, sys::Context dst_context, DevicePtr src,
+sys::Result memcpy_peer_async(Impl& d, DevicePtr dst, sys::Context dst_context, DevicePtr src,
                               sys::Context src_context, std::size_t bytes, sys::Stream stream) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
     sys::Result error = sys::kSuccess;
     Impl::Stream* s = copy_stream(d, stream, error);
     if (s == nullptr) return error;
@@ -1260,9 +1168,8 @@ sys::Result memcpy_peer_async(DevicePtr dst, sys::Context dst_context, DevicePtr
     return sys::kSuccess;
 }
 template <typename Word>
-sys::Result memset_async(DevicePtr dst, Word value, std::size_t count, sys::Stream stream, const char* call) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result memset_async(Impl& d, DevicePtr dst, Word value, std::size_t count, sys::Stream stream,
+                         const char* call) {
     sys::Result error = sys::kSuccess;
     Impl::Stream* s = copy_stream(d, stream, error);
     if (s == nullptr) return error;
@@ -1284,15 +1191,14 @@ sys::Result memset_async(DevicePtr dst, Word value, std::size_t count, sys::Stre
     d.enqueue(*s, std::move(op));
     return sys::kSuccess;
 }
-sys::Result memset_d8_async(DevicePtr dst, unsigned char value, std::size_t count, sys::Stream stream) {
-    return memset_async<unsigned char>(dst, value, count, stream, "cuMemsetD8Async");
+sys::Result memset_d8_async(Impl& d, DevicePtr dst, unsigned char value, std::size_t count,
+                            sys::Stream stream) {
+    return memset_async<unsigned char>(d, dst, value, count, stream, "cuMemsetD8Async");
 }
-sys::Result memset_d32_async(DevicePtr dst, unsigned value, std::size_t count, sys::Stream stream) {
-    return memset_async<std::uint32_t>(dst, value, count, stream, "cuMemsetD32Async");
+sys::Result memset_d32_async(Impl& d, DevicePtr dst, unsigned value, std::size_t count, sys::Stream stream) {
+    return memset_async<std::uint32_t>(d, dst, value, count, stream, "cuMemsetD32Async");
 }
-sys::Result pointer_get_attributes(unsigned count, int* attributes, void** data, DevicePtr ptr) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result pointer_get_attributes(Impl& d, unsigned count, int* attributes, void** data, DevicePtr ptr) {
     // Note: like the real driver, memory no context knows (here: not a live allocation) is success with
     // zeroed values.
     const Impl::Allocation* a = d.find_memory(static_cast<std::uintptr_t>(ptr), 1);
@@ -1330,9 +1236,7 @@ sys::Result pointer_get_attributes(unsigned count, int* attributes, void** data,
     }
     return sys::kSuccess;
 }
-sys::Result mem_get_address_range(DevicePtr* base, std::size_t* size, DevicePtr ptr) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result mem_get_address_range(Impl& d, DevicePtr* base, std::size_t* size, DevicePtr ptr) {
     std::uint64_t context = 0;
     if (const sys::Result r = d.use_current(context)) return r;
     const Impl::Allocation* a = d.find_memory(static_cast<std::uintptr_t>(ptr), 1);
@@ -1354,9 +1258,36 @@ bool text_has_entry(const std::string& text, const std::string& name) {
     return false;
 }
 
-sys::Result module_load_data(sys::Module* module, const void* image) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+// A CUBIN's kernels, as the PTX text the fake looks entries up in (".entry NAME" lines): the functions of
+// its ELF symbol table. Note: cuModuleLoadData takes no size; the section headers (at the end of a CUBIN)
+// bound what is read.
+std::string cubin_entries(const char* image) {
+    Elf64_Ehdr header;
+    std::memcpy(&header, image, sizeof header);
+    if (header.e_ident[EI_CLASS] != ELFCLASS64 || header.e_shentsize != sizeof(Elf64_Shdr)) return {};
+    const auto section = [&](std::size_t i) {
+        Elf64_Shdr out;
+        std::memcpy(&out, image + header.e_shoff + i * sizeof(Elf64_Shdr), sizeof out);
+        return out;
+    };
+    std::string text;
+    for (std::size_t i = 0; i < header.e_shnum; ++i) {
+        const Elf64_Shdr symbols = section(i);
+        if (symbols.sh_type != SHT_SYMTAB || symbols.sh_link >= header.e_shnum) continue;
+        const Elf64_Shdr names = section(symbols.sh_link);
+        for (std::size_t at = 0; at + sizeof(Elf64_Sym) <= symbols.sh_size; at += sizeof(Elf64_Sym)) {
+            Elf64_Sym symbol;
+            std::memcpy(&symbol, image + symbols.sh_offset + at, sizeof symbol);
+            if (ELF64_ST_TYPE(symbol.st_info) != STT_FUNC || symbol.st_name >= names.sh_size) continue;
+            text += ".entry ";
+            text += image + names.sh_offset + symbol.st_name;
+            text += "\n";
+        }
+    }
+    return text;
+}
+
+sys::Result module_load_data(Impl& d, sys::Module* module, const void* image) {
     std::uint64_t context = 0;
     if (const sys::Result r = d.use_current(context)) return r;
     if (image == nullptr) return sys::kErrorInvalidValue;
@@ -1368,13 +1299,11 @@ sys::Result module_load_data(sys::Module* module, const void* image) {
                            "\x7f"
                            "ELF",
                            4) == 0;
-    if (!m.binary) m.text = text;
+    m.text = m.binary ? cubin_entries(text) : text;
     *module = as_handle<sys::Module>(id);
     return sys::kSuccess;
 }
-sys::Result module_unload(sys::Module module) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result module_unload(Impl& d, sys::Module module) {
     sys::Result error = sys::kSuccess;
     Impl::Module* m = d.find_live(d.modules, id_of(module), "module", error);
     if (m == nullptr) return error;
@@ -1382,9 +1311,7 @@ sys::Result module_unload(sys::Module module) {
     m->alive = false;
     return sys::kSuccess;
 }
-sys::Result module_get_function(sys::Function* function, sys::Module module, const char* name) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result module_get_function(Impl& d, sys::Function* function, sys::Module module, const char* name) {
     sys::Result error = sys::kSuccess;
     Impl::Module* m = d.find_live(d.modules, id_of(module), "module", error);
     if (m == nullptr) return error;
@@ -1400,16 +1327,12 @@ sys::Result module_get_function(sys::Function* function, sys::Module module, con
     *function = as_handle<sys::Function>(id);
     return sys::kSuccess;
 }
-sys::Result module_get_global(DevicePtr*, std::size_t*, sys::Module module, const char*) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result module_get_global(Impl& d, DevicePtr*, std::size_t*, sys::Module module, const char*) {
     sys::Result error = sys::kSuccess;
     if (d.find_live(d.modules, id_of(module), "module", error) == nullptr) return error;
     return sys::kErrorNotFound;
 }
-sys::Result func_get_attribute(int* value, int attribute, sys::Function function) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result func_get_attribute(Impl& d, int* value, int attribute, sys::Function function) {
     sys::Result error = sys::kSuccess;
     Impl::Function* f = d.find_function(function, error);
     if (f == nullptr) return error;
@@ -1435,9 +1358,7 @@ sys::Result func_get_attribute(int* value, int attribute, sys::Function function
     }
     return sys::kSuccess;
 }
-sys::Result func_set_attribute(sys::Function function, int attribute, int value) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result func_set_attribute(Impl& d, sys::Function function, int attribute, int value) {
     sys::Result error = sys::kSuccess;
     Impl::Function* f = d.find_function(function, error);
     if (f == nullptr) return error;
@@ -1451,10 +1372,8 @@ sys::Result func_set_attribute(sys::Function function, int attribute, int value)
     f->max_dynamic_shared = value;
     return sys::kSuccess;
 }
-sys::Result func_get_param_info(sys::Function function, std::size_t index, std::size_t* offset,
+sys::Result func_get_param_info(Impl& d, sys::Function function, std::size_t index, std::size_t* offset,
                                 std::size_t* size) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
     sys::Result error = sys::kSuccess;
     Impl::Function* f = d.find_function(function, error);
     if (f == nullptr) return error;
@@ -1472,23 +1391,21 @@ sys::Result func_get_param_info(sys::Function function, std::size_t index, std::
     *size = sizes[index];
     return sys::kSuccess;
 }
-sys::Result launch_kernel(sys::Function function, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+sys::Result launch_kernel(Impl& d, sys::Function function, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                           unsigned by, unsigned bz, unsigned shared, sys::Stream stream, void** params,
                           void** extra) {
     if (extra != nullptr) return sys::kErrorNotSupported;
-    Impl& d = impl();
-    Lock lock(d.mutex);
     const unsigned grid[3] = {gx, gy, gz};
     const unsigned block[3] = {bx, by, bz};
     return d.launch(function, grid, block, shared, stream, params);
 }
-sys::Result launch_kernel_ex(const sys::LaunchConfig* config, sys::Function function, void** params,
+sys::Result launch_kernel_ex(Impl& d, const sys::LaunchConfig* config, sys::Function function, void** params,
                              void** extra) {
     if (extra != nullptr || config == nullptr) return sys::kErrorInvalidValue;
-    Impl& d = impl();
-    Lock lock(d.mutex);
     const unsigned grid[3] = {config->grid_x, config->grid_y, config->grid_z};
     const unsigned block[3] = {config->block_x, config->block_y, config->block_z};
+    // Note: programmatic serialization only lets the next kernel start early, so running each launch whole
+    // and in order, as the fake does, honours it.
     for (unsigned i = 0; i < config->num_attrs; ++i) {
         const sys::LaunchAttribute& a = config->attrs[i];
         if (a.id == sys::kLaunchAttributeClusterDimension) {
@@ -1496,25 +1413,22 @@ sys::Result launch_kernel_ex(const sys::LaunchConfig* config, sys::Function func
             if (c.x == 0 || c.y == 0 || c.z == 0 || grid[0] % c.x != 0 || grid[1] % c.y != 0 ||
                 grid[2] % c.z != 0)
                 return sys::kErrorInvalidValue;
-        } else if (a.id != sys::kLaunchAttributeCooperative) {
+        } else if (a.id != sys::kLaunchAttributeCooperative &&
+                   a.id != sys::kLaunchAttributeProgrammaticStreamSerialization) {
             return sys::kErrorNotSupported;
         }
     }
     return d.launch(function, grid, block, config->shared_mem_bytes, config->stream, params);
 }
-sys::Result launch_cooperative_kernel(sys::Function function, unsigned gx, unsigned gy, unsigned gz,
+sys::Result launch_cooperative_kernel(Impl& d, sys::Function function, unsigned gx, unsigned gy, unsigned gz,
                                       unsigned bx, unsigned by, unsigned bz, unsigned shared,
                                       sys::Stream stream, void** params) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
     const unsigned grid[3] = {gx, gy, gz};
     const unsigned block[3] = {bx, by, bz};
     return d.launch(function, grid, block, shared, stream, params);
 }
-sys::Result occupancy_max_active_blocks_per_multiprocessor(int* blocks, sys::Function function,
+sys::Result occupancy_max_active_blocks_per_multiprocessor(Impl& d, int* blocks, sys::Function function,
                                                            int block_size, std::size_t) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
     sys::Result error = sys::kSuccess;
     Impl::Function* f = d.find_function(function, error);
     if (f == nullptr) return error;
@@ -1524,9 +1438,7 @@ sys::Result occupancy_max_active_blocks_per_multiprocessor(int* blocks, sys::Fun
     return sys::kSuccess;
 }
 
-sys::Result graph_instantiate(sys::GraphExec* exec, sys::Graph graph, unsigned long long) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result graph_instantiate(Impl& d, sys::GraphExec* exec, sys::Graph graph, unsigned long long) {
     sys::Result error = sys::kSuccess;
     Impl::Graph* g = d.find_live(d.graphs, id_of(graph), "graph", error);
     if (g == nullptr) return error;
@@ -1538,9 +1450,7 @@ sys::Result graph_instantiate(sys::GraphExec* exec, sys::Graph graph, unsigned l
     *exec = as_handle<sys::GraphExec>(id);
     return sys::kSuccess;
 }
-sys::Result graph_launch(sys::GraphExec exec, sys::Stream stream) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result graph_launch(Impl& d, sys::GraphExec exec, sys::Stream stream) {
     sys::Result error = sys::kSuccess;
     Impl::Graph* g = d.find_live(d.graphs, id_of(exec), "graph", error);
     if (g == nullptr) return error;
@@ -1552,9 +1462,7 @@ sys::Result graph_launch(sys::GraphExec exec, sys::Stream stream) {
     for (const Impl::Op& op : ops) d.enqueue(*s, op);
     return sys::kSuccess;
 }
-sys::Result destroy_graph(std::uint64_t id, bool executable) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result destroy_graph(Impl& d, std::uint64_t id, bool executable) {
     sys::Result error = sys::kSuccess;
     Impl::Graph* g = d.find_live(d.graphs, id, "graph", error);
     if (g == nullptr) return error;
@@ -1563,17 +1471,16 @@ sys::Result destroy_graph(std::uint64_t id, bool executable) {
     g->ops.clear();
     return sys::kSuccess;
 }
-sys::Result graph_destroy(sys::Graph graph) {
-    return destroy_graph(id_of(graph), false);
+sys::Result graph_destroy(Impl& d, sys::Graph graph) {
+    return destroy_graph(d, id_of(graph), false);
 }
-sys::Result graph_exec_destroy(sys::GraphExec exec) {
-    return destroy_graph(id_of(exec), true);
+sys::Result graph_exec_destroy(Impl& d, sys::GraphExec exec) {
+    return destroy_graph(d, id_of(exec), true);
 }
 // In place when the new graph has as many operations, each of the same kind (a stand-in for the driver's
 // topology and node-type rules); otherwise CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, the executable unchanged.
-sys::Result graph_exec_update(sys::GraphExec exec, sys::Graph graph, sys::GraphExecUpdateResultInfo* info) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result graph_exec_update(Impl& d, sys::GraphExec exec, sys::Graph graph,
+                              sys::GraphExecUpdateResultInfo* info) {
     sys::Result error = sys::kSuccess;
     Impl::Graph* x = d.find_live(d.graphs, id_of(exec), "graph", error);
     Impl::Graph* g = x != nullptr ? d.find_live(d.graphs, id_of(graph), "graph", error) : nullptr;
@@ -1591,9 +1498,7 @@ sys::Result graph_exec_update(sys::GraphExec exec, sys::Graph graph, sys::GraphE
     info->result = sys::kGraphExecUpdateSuccess;
     return sys::kSuccess;
 }
-sys::Result graph_upload(sys::GraphExec exec, sys::Stream stream) {
-    Impl& d = impl();
-    Lock lock(d.mutex);
+sys::Result graph_upload(Impl& d, sys::GraphExec exec, sys::Stream stream) {
     sys::Result error = sys::kSuccess;
     Impl::Graph* g = d.find_live(d.graphs, id_of(exec), "graph", error);
     if (g == nullptr) return error;
@@ -1602,6 +1507,27 @@ sys::Result graph_upload(sys::GraphExec exec, sys::Stream stream) {
     if (s == nullptr) return error;
     return d.use(s->context, true);  // nothing to upload: the fake's graphs live on the host
 }
+
+}  // namespace bodies
+
+// Note [Generated fake entries]
+// The fake's table is generated from the driver list (Note [One driver list]): for each entry X, the
+// table's function finds the installed fake, takes its lock and calls bodies::X(Impl&, the entry's own
+// arguments). So a body holds only what the entry does, and a new entry in the list needs only its body:
+// without one, or with a signature that differs from the list's, the fake does not compile. Bodies run
+// with the lock held and must not call the table (a kernel body neither: see KernelCall).
+template <auto Member, auto Body>
+struct Generated;
+
+template <typename... Args, sys::Result (*sys::DriverApi::*Member)(Args...),
+          sys::Result (*Body)(Impl&, Args...)>
+struct Generated<Member, Body> {
+    static sys::Result call(Args... args) {
+        Impl& d = impl();
+        Lock lock(d.mutex);
+        return Body(d, args...);
+    }
+};
 
 }  // namespace
 
@@ -1624,7 +1550,8 @@ FakeDriver::FakeDriver(Options options) : impl_(std::make_unique<Impl>(std::move
     }
 
     api_.backend = Backend::cuda;
-#define CUDARC_FAKE_FILL(member, name, ...) api_.member = &member;
+#define CUDARC_FAKE_FILL(member, name, ...) \
+    api_.member = &Generated<&sys::DriverApi::member, &bodies::member>::call;
     CUDARC_DRIVER_ENTRIES(CUDARC_FAKE_FILL)
 #undef CUDARC_FAKE_FILL
 }

@@ -17,7 +17,8 @@
 //    pushes). The current context is per thread. Calls that create objects use the current context; with
 //    Options::strict_contexts, calls on a stream, event, module or function of another context than the
 //    current one fail with CUDA_ERROR_INVALID_HANDLE (the failures seen on real drivers).
-//  - Modules load PTX text; a kernel exists when the text has `.entry NAME` or define_kernel() named it.
+//  - Modules load PTX text or a CUBIN; a kernel exists when the text has `.entry NAME` (a CUBIN: a function
+//    of its ELF symbol table) or define_kernel() named it.
 //    Launches are recorded (launches()); a defined kernel's body runs when the launch's turn comes.
 //  - The default memory pool (cuMemAllocAsync / cuMemFreeAsync / cuMemPoolTrimTo / attributes) with 2 MiB
 //    chunks and its release threshold applied at host waits.

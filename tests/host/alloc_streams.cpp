@@ -298,3 +298,45 @@ TEST_CASE("alloc.retire_stream_moves_its_blocks_to_the_heir") {
     CHECK(snapshot_problem(f.allocator) == "");
     CHECK(f.device->violations().empty());
 }
+
+TEST_CASE("alloc.abandon_stream_keeps_its_blocks_out_of_reach") {
+    // Note [Free after a failed record]: a retiring stream whose work nothing could be ordered after, nor
+    // waited for: none of its blocks may be handed out again, under any key.
+    AllocatorOnFakeDevice f;
+    constexpr cudarc::alloc::StreamKey kForeign = 7;
+    constexpr cudarc::alloc::StreamKey kHeir = 2;
+    const Allocation cached = f.allocator.allocate(256 * kKiB, kForeign);
+    const Allocation live = f.allocator.allocate(256 * kKiB, kForeign);
+    const Allocation other = f.allocator.allocate(64 * kKiB, 3);
+    f.allocator.record_stream(other, kForeign);  // stream 3's block, also used on the foreign stream
+    f.allocator.free(cached);
+    const auto records = f.device->count(FakeCall::Kind::record_event);
+
+    f.allocator.abandon_stream(kForeign);
+    const std::size_t reserved = f.allocator.stats().reserved_bytes;
+    std::vector<Allocation> taken;
+    for (const cudarc::alloc::StreamKey key : {kForeign, kHeir, cudarc::alloc::StreamKey{3}}) {
+        taken.push_back(f.allocator.allocate(256 * kKiB, key));
+        CHECK(taken.back().ptr != cached.ptr);
+    }
+    // Freed later, the live block and the block the stream used stay out of reach too; nothing is recorded
+    // on the abandoned key.
+    f.allocator.free(live);
+    f.allocator.free(other);
+    CHECK(f.device->count(FakeCall::Kind::record_event) == records);
+    for (const cudarc::alloc::StreamKey key : {kForeign, kHeir, cudarc::alloc::StreamKey{3}}) {
+        const Allocation a = f.allocator.allocate(256 * kKiB, key);
+        const Allocation b = f.allocator.allocate(64 * kKiB, key);
+        CHECK(a.ptr != live.ptr);
+        CHECK(b.ptr != other.ptr);
+        taken.push_back(a);
+        taken.push_back(b);
+    }
+    for (const Allocation& a : taken) f.allocator.free(a);
+    // empty_cache keeps the abandoned segments (they are not free); the allocator returns them at its end.
+    f.allocator.empty_cache();
+    CHECK(f.allocator.stats().reserved_bytes >= reserved);
+    CHECK(f.allocator.stats().allocated_bytes == 0);
+    CHECK(snapshot_problem(f.allocator) == "");
+    CHECK(f.device->violations().empty());
+}

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
@@ -10,6 +11,7 @@
 
 #include "sys/dynamic_library.hpp"
 #include "sys/nccl/nccl_api.hpp"
+#include "sys/nccl/nccl_override.hpp"
 
 namespace cudarc::sys {
 namespace {
@@ -115,6 +117,11 @@ struct LoadedNccl {
     bool ok = false;
     std::string failure;
 };
+
+// Note [NCCL override]: tests install a stand-in table (testing/fake_driver's FakeNccl, which works on the
+// fake driver's memory and streams) before making any communicator. While one is installed libnccl is not
+// even looked for. One atomic load per lookup.
+std::atomic<const NcclApi*> g_override{nullptr};
 
 const LoadedNccl& loaded() {
     // Note: a function-local static gives lazy, thread-safe, once-only loading.
@@ -232,13 +239,19 @@ bool load_nccl_from(const NcclSearch& search, NcclApi& api, std::string& why) {
     return false;
 }
 
+const NcclApi* set_nccl_override(const NcclApi* api) noexcept {
+    return g_override.exchange(api, std::memory_order_acq_rel);
+}
+
 const NcclApi& nccl() {
+    if (const NcclApi* stand_in = g_override.load(std::memory_order_acquire)) return *stand_in;
     const LoadedNccl& loaded_nccl = loaded();
     if (!loaded_nccl.ok) throw Error("cudarc: " + loaded_nccl.failure);
     return loaded_nccl.api;
 }
 
 const NcclApi* nccl_if_loaded() noexcept {
+    if (const NcclApi* stand_in = g_override.load(std::memory_order_acquire)) return stand_in;
     try {
         const LoadedNccl& loaded_nccl = loaded();
         return loaded_nccl.ok ? &loaded_nccl.api : nullptr;
@@ -248,6 +261,7 @@ const NcclApi* nccl_if_loaded() noexcept {
 }
 
 std::string nccl_load_failure() {
+    if (g_override.load(std::memory_order_acquire) != nullptr) return {};
     return loaded().failure;
 }
 

@@ -22,6 +22,40 @@ void resolve(const DynamicLibrary& library, Fn& slot, const char* name, std::vec
     if (slot == nullptr && missing != nullptr) missing->emplace_back(name);
 }
 
+// Note [NVRTC's builtins]
+// At its first compile libnvrtc opens libnvrtc-builtins.so.MAJOR.MINOR by soname, so the dynamic linker
+// looks on its own path (LD_LIBRARY_PATH, its cache), not in the folder NVRTC came from. An NVRTC found
+// elsewhere (pip's nvidia wheel, a folder named by CUDARC_NVRTC) then fails every compile with
+// NVRTC_ERROR_BUILTIN_OPERATION_FAILURE ("failed to open libnvrtc-builtins.so.13.0"), or compiles with
+// another toolkit's builtins that happen to be on the linker's path. So the loader first opens the builtins
+// next to the chosen libnvrtc (the folder it was named in, then the folder of the file it resolved to), by
+// path; libnvrtc's own dlopen then finds them loaded. Where there is no such file nothing is preloaded
+// and libnvrtc searches as it always does.
+void preload_builtins(const DynamicLibrary& library, const RtcApi& table) {
+    int major = 0;
+    int minor = 0;
+    if (table.version(&major, &minor) != kRtcSuccess) return;
+    namespace fs = std::filesystem;
+    std::vector<fs::path> folders;
+    if (library.path().find('/') != std::string::npos)
+        folders.push_back(fs::path(library.path()).parent_path());
+    folders.push_back(fs::path(table.library_path).parent_path());
+    // NVRTC's alternative build (libnvrtc.alt.so) comes with builtins of the same kind.
+    const bool alt = fs::path(table.library_path).filename().string().starts_with("libnvrtc.alt.");
+    const std::string name = std::string(alt ? "libnvrtc-builtins.alt.so." : "libnvrtc-builtins.so.") +
+                             std::to_string(major) + "." + std::to_string(minor);
+    for (const fs::path& folder : folders) {
+        std::error_code ec;
+        const fs::path builtins = folder / name;
+        if (!fs::exists(builtins, ec)) continue;
+        std::string why;
+        // Note: a failure is not fatal here: NVRTC may still find builtins of its own, and if it does not,
+        // the compile's error says that a built-in operation failed.
+        static_cast<void>(DynamicLibrary::preload(builtins.string(), why));
+        return;
+    }
+}
+
 }  // namespace
 
 std::vector<std::string> nvrtc_candidates(const std::string& override_path) {
@@ -69,6 +103,7 @@ bool load_nvrtc_from(const std::vector<std::string>& candidates, RtcApi& api, st
         resolve(library, table.get_supported_archs, "nvrtcGetSupportedArchs", nullptr);
         if (!missing.empty()) return "not a usable NVRTC (lacks " + join_lines(missing, ", ") + ")";
         table.library_path = library.resolved_path(reinterpret_cast<void*>(table.version));
+        preload_builtins(library, table);  // Note [NVRTC's builtins]
         api = std::move(table);
         return {};
     };
