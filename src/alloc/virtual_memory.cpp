@@ -101,7 +101,10 @@ bool VirtualMemory::map(DevicePtr ptr, std::size_t bytes, std::size_t chunk) {
         if (r != sys::kSuccess) return give_up(r, sys::Entry::mem_map);
         detail::AtomicCounters::bump(counters.driver_allocations);
         if (released != sys::kSuccess) {
-            mapped += chunk;  // mapped: undone with the others
+            // The handle still holds the memory: released once more (unmapping frees it then), and the
+            // chunk undone with the others.
+            static_cast<void>(api.mem_release(handle));
+            mapped += chunk;
             return give_up(released, sys::Entry::mem_release);
         }
     }

@@ -66,7 +66,8 @@ TEST_CASE("alloc.expandable_source_keeps_data_across_chunks") {
         REQUIRE(device.memory_source() == MemorySource::expandable);
         auto& stream = device.default_stream();
         const Counters before = device.counters();
-        // Five 7 MiB slices: the third and the fifth span a 16 MiB chunk boundary, each mapped as it was needed.
+        // Five 7 MiB slices: the third and the fifth span a 16 MiB chunk boundary, each mapped as it was
+        // needed.
         std::vector<std::vector<std::uint32_t>> hosts;
         std::vector<DeviceSlice<std::uint32_t>> slices;
         for (std::uint64_t i = 0; i < 5; ++i) {
