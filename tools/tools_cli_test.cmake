@@ -82,12 +82,17 @@ elseif(CASE STREQUAL "bench_bad_values")
     expect("${stderr}" "many")
     run(2 ${BENCH} launch --iterations 1.5)
     run(2 ${BENCH} alloc --device -1)
+    run(2 ${BENCH} alloc --sources caching_allocator,expandible)
+    expect("${stderr}" "expandible")
+    run(2 ${BENCH} alloc --decode-steps 0)
     run(2 ${BENCH} graph --inventories 32,0)
     run(2 ${BENCH} graph --iterations 0)
     run(2 ${BENCH} optimizer --dtypes fp16 bf16)  # lists are comma-separated
     expect("${stderr}" "bf16")
     # Valid command lines get past parsing: without a GPU they fail opening the device (status 1).
     run(1 ${BENCH} alloc --rounds 3)
+    expect("${stderr}" "cudarc-bench alloc: ")
+    run(1 ${BENCH} alloc --sources expandable,stream_ordered --decode-steps 10 --snapshots never-written)
     expect("${stderr}" "cudarc-bench alloc: ")
     run(1 ${BENCH} optimizer --inventories 32,256 --dtypes fp16,bf16 --bits 8,32 --cells small,mid --rule lion
         --warmups 0 --rounds 1 --max-gb 1)

@@ -4,7 +4,9 @@
 #include <array>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "cudarc/allocator.hpp"
@@ -33,16 +35,33 @@ struct MemoryInfo {
     std::size_t total = 0;
 };
 
-// Where DeviceSlice memory comes from.
+// Where DeviceSlice memory comes from (docs/allocator.md).
 enum class MemorySource {
-    caching_allocator,  // cudarc's per-stream caching allocator (docs/allocator.md); the default
+    caching_allocator,  // cudarc's per-stream caching allocator over cuMemAlloc segments; the default
     stream_ordered,     // the driver's pool: cuMemAllocAsync / cuMemFreeAsync, release threshold raised
+    expandable,         // the caching allocator over expandable segments: one address range per stream and
+                 // pool, device memory mapped into it in chunks as it grows (virtual memory management)
 };
+
+// "caching_allocator", "stream_ordered", "expandable": the names CUDARC_ALLOCATOR takes.
+[[nodiscard]] constexpr std::string_view to_string(MemorySource source) noexcept {
+    switch (source) {
+        case MemorySource::caching_allocator:
+            return "caching_allocator";
+        case MemorySource::stream_ordered:
+            return "stream_ordered";
+        case MemorySource::expandable:
+            return "expandable";
+    }
+    return "unknown";
+}
 
 // Options that take effect when a device is first opened in the process (later opens share that state).
 struct DeviceOptions {
-    MemorySource memory_source = MemorySource::caching_allocator;
-    AllocatorConfig allocator;  // for MemorySource::caching_allocator
+    // Unset: the environment variable CUDARC_ALLOCATOR names it (caching_allocator, expandable or
+    // stream_ordered), else MemorySource::caching_allocator. A value set here wins over the variable.
+    std::optional<MemorySource> memory_source;
+    AllocatorConfig allocator;  // for MemorySource::caching_allocator and MemorySource::expandable
 };
 
 // A GPU. Opening a device retains its primary context (the one the CUDA runtime and frameworks such as
@@ -124,8 +143,13 @@ class CUDARC_API Device {
     // The memory source's figures. With MemorySource::stream_ordered: the driver pool's reserved and used
     // bytes (and their peaks), live allocations and out-of-memory errors; the other counts stay zero.
     [[nodiscard]] AllocatorStats allocator_stats() const;
-    // The caching allocator's segments and blocks (empty with MemorySource::stream_ordered).
+    // The caching allocator's segments and blocks (none with MemorySource::stream_ordered), and the timeline
+    // recorded so far (see record_memory_history). to_json(snapshot) writes it for tools/plot-memory.
     [[nodiscard]] AllocatorSnapshot allocator_snapshot() const;
+    // Starts recording every allocation and free, and every segment or chunk the memory source takes from or
+    // gives back to the driver, into allocator_snapshot().timeline, keeping the last `max_entries` events.
+    // Recording costs a lock and a clock read per allocation and free. 0 stops it and drops the timeline.
+    void record_memory_history(std::size_t max_entries = 100000) const;
     void reset_peak_memory() const;
     // Returns cached memory that no allocation uses to the driver (with MemorySource::stream_ordered: trims
     // the driver's pool, cuMemPoolTrimTo).

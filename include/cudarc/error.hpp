@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -62,9 +63,16 @@ class CUDARC_API OutOfMemory : public Error {
     struct Figures {
         std::size_t requested = 0;  // bytes asked for (after rounding)
         std::size_t allocated = 0;  // bytes handed out to live allocations
-        std::size_t reserved = 0;   // bytes the allocator holds from the driver
+        std::size_t reserved = 0;   // bytes of device memory the allocator holds from the driver
         std::size_t device_free = 0;
         std::size_t device_total = 0;
+        // Expandable segments: the device memory mapped into them (all of `reserved`) and the address space
+        // reserved for them; both 0 for other sources.
+        std::size_t mapped = 0;
+        std::size_t address_space = 0;
+        // The largest free block the allocator caches (a request larger than it needed new memory); unknown
+        // for the driver's pool.
+        std::optional<std::size_t> largest_free;
     };
     // `holder` names what holds the reserved and allocated bytes (default: "the allocator").
     OutOfMemory(int device, const Figures& figures, Backend backend = Backend::cuda,

@@ -31,16 +31,6 @@ struct DriverVersion {
     int encoded = 0;
 };
 
-[[nodiscard]] constexpr std::string_view to_string(MemorySource source) noexcept {
-    switch (source) {
-        case MemorySource::caching_allocator:
-            return "caching_allocator";
-        case MemorySource::stream_ordered:
-            return "stream_ordered";
-    }
-    return "unknown";
-}
-
 namespace detail {
 
 // A byte count with a binary unit: "512 B", "64.0 KiB", "1.50 GiB".
@@ -172,7 +162,7 @@ struct fmt::formatter<cudarc::AllocatorStats> : cudarc::detail::PlainFormatter {
     template <typename FormatContext>
     auto format(const cudarc::AllocatorStats& s, FormatContext& ctx) const -> decltype(ctx.out()) {
         using cudarc::detail::ByteCount;
-        return fmt::format_to(
+        auto out = fmt::format_to(
             ctx.out(),
             "allocated {} (peak {}), active {}, reserved {} (peak {}), {} live allocations, {} segments; "
             "cache hits {}, cache misses {}, driver allocations {}, driver frees {}, OOM retries {}, "
@@ -181,6 +171,9 @@ struct fmt::formatter<cudarc::AllocatorStats> : cudarc::detail::PlainFormatter {
             ByteCount{s.reserved_bytes}, ByteCount{s.peak_reserved_bytes}, s.live_allocations, s.segments,
             s.cache_hits, s.cache_misses, s.driver_allocations, s.driver_frees, s.oom_retries,
             s.out_of_memory_errors, s.event_synchronizations);
+        if (s.address_space_bytes != 0)
+            out = fmt::format_to(out, "; address space {}", ByteCount{s.address_space_bytes});
+        return out;
     }
 };
 

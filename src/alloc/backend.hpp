@@ -10,6 +10,7 @@
 #include <optional>
 #include <utility>
 
+#include "cudarc/error.hpp"
 #include "sys/driver_api.hpp"
 
 namespace cudarc::alloc {
@@ -64,6 +65,36 @@ class AllocatorBackend {
     // The device's backend, so that error messages name its driver functions (Note [One driver list]);
     // test fakes stand for CUDA.
     [[nodiscard]] virtual Backend backend() const noexcept { return Backend::cuda; }
+
+    // Expandable segments (Note [Expandable segments] in alloc/expandable_segments.hpp): address ranges with
+    // physical chunks mapped into them on demand. Only an allocator made with Segments::expandable calls
+    // these; a backend without virtual memory keeps the defaults, which throw.
+
+    // The size every chunk and every address range is a multiple of (a power of two).
+    [[nodiscard]] virtual std::size_t mapping_granularity() { throw_no_virtual_memory(); }
+    // A new range of `bytes` of address space, aligned to `alignment`, with nothing mapped, or nullopt when
+    // no address space is left. Other failures throw cudarc::Error.
+    [[nodiscard]] virtual std::optional<DevicePtr> reserve_address_range(std::size_t /*bytes*/,
+                                                                         std::size_t /*alignment*/) {
+        throw_no_virtual_memory();
+    }
+    virtual void free_address_range(DevicePtr /*ptr*/, std::size_t /*bytes*/) { throw_no_virtual_memory(); }
+    // Maps physical memory at [ptr, ptr + bytes), one allocation of `chunk` bytes per chunk (so that each
+    // can be unmapped on its own), readable and writable by the device and its peers. All or nothing: false
+    // when the device is out of memory; other failures throw cudarc::Error. Either way nothing stays mapped.
+    [[nodiscard]] virtual bool map_chunks(DevicePtr /*ptr*/, std::size_t /*bytes*/, std::size_t /*chunk*/) {
+        throw_no_virtual_memory();
+    }
+    // Unmaps one chunk that map_chunks mapped, which frees its memory. Unlike a segment's free it does not
+    // wait for the device: the caller calls synchronize_device() first.
+    virtual void unmap_chunk(DevicePtr /*ptr*/, std::size_t /*chunk*/) { throw_no_virtual_memory(); }
+    // Host-blocking: returns once the device has finished all work queued so far.
+    virtual void synchronize_device() { throw_no_virtual_memory(); }
+
+  private:
+    [[noreturn]] static void throw_no_virtual_memory() {
+        throw Error("cudarc: this allocator backend has no virtual memory for expandable segments");
+    }
 };
 
 }  // namespace cudarc::alloc

@@ -55,6 +55,7 @@ enum class BlockState : std::uint8_t {
     free,       // in its pool's free set, reusable on its stream
     allocated,  // handed out
     held,       // freed, but waiting for events or for a captured graph's release
+    unmapped,   // address space of an expandable segment with no memory behind it (in no set)
 };
 
 struct Block {
@@ -67,6 +68,7 @@ struct Block {
     Block* prev = nullptr;
     Block* next = nullptr;
     std::size_t segment_size = 0;  // on a segment's head only: the whole segment's size
+    bool expandable = false;       // on a segment's head only: Note [Expandable segments]
     bool small_pool = false;
     BlockState state = BlockState::free;
     int event_holds = 0;                  // pending events still keeping a freed block back

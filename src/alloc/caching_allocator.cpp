@@ -20,6 +20,8 @@ const char* to_string(AllocatorSnapshot::BlockState state) noexcept {
             return "held for graph";
         case AllocatorSnapshot::BlockState::free:
             return "free";
+        case AllocatorSnapshot::BlockState::unmapped:
+            return "unmapped";
     }
     return "unknown";
 }
@@ -45,8 +47,13 @@ constexpr std::size_t segment_size_for(std::size_t size) noexcept {
 
 }  // namespace
 
-CachingAllocator::CachingAllocator(AllocatorBackend& backend, const AllocatorConfig& config)
-    : backend_(backend), config_(config), reserve_limit_(kNoLimit) {
+CachingAllocator::CachingAllocator(AllocatorBackend& backend, const AllocatorConfig& config,
+                                   Segments segments)
+    : backend_(backend),
+      config_(config),
+      kind_(segments),
+      max_split_(segments == Segments::expandable ? kNoLimit : config.max_split_size),
+      reserve_limit_(kNoLimit) {
     if (!(config.memory_fraction > 0.0 && config.memory_fraction <= 1.0)) {
         throw Error(fmt::format("cudarc: AllocatorConfig::memory_fraction must be in (0, 1], got {}",
                                 config.memory_fraction));
@@ -57,9 +64,20 @@ CachingAllocator::CachingAllocator(AllocatorBackend& backend, const AllocatorCon
                         "segment), got {}",
                         kLargeSegmentSize, config.max_split_size));
     }
-    if (config.memory_fraction < 1.0) {
+    if (config.memory_fraction < 1.0 || kind_ == Segments::expandable) {
         const std::size_t total = backend_.memory_info().second;
-        reserve_limit_ = static_cast<std::size_t>(static_cast<double>(total) * config.memory_fraction);
+        if (config.memory_fraction < 1.0)
+            reserve_limit_ = static_cast<std::size_t>(static_cast<double>(total) * config.memory_fraction);
+        if (kind_ == Segments::expandable) {
+            const std::size_t granularity = backend_.mapping_granularity();
+            layout_ = ExpandableLayout::for_device(granularity, total);
+            if (layout_.large_range == 0) {
+                throw Error(fmt::format(
+                    "cudarc: the driver maps device memory in multiples of {} bytes, which is not a power of "
+                    "two; expandable segments need one (use MemorySource::caching_allocator)",
+                    granularity));
+            }
+        }
     }
 }
 
@@ -70,10 +88,21 @@ CachingAllocator::~CachingAllocator() {
             backend_.release_event(queue.events[i].event);
         }
     }
-    for (Block* head : segments_) {
+    // Note [Expandable segments]: unmapping does not wait for queued work on the memory; freeing does.
+    if (kind_ == Segments::expandable && stats_.reserved_bytes != 0) {
         try {
-            backend_.free_segment(head->ptr, head->segment_size);
-        } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor must not throw; the memory is lost
+            backend_.synchronize_device();
+        } catch (...) {  // NOLINT(bugprone-empty-catch): a lost device runs nothing any more
+        }
+    }
+    for (Block* head : segments_) {
+        if (head->expandable) {
+            destroy_expandable(head);
+        } else {
+            try {
+                backend_.free_segment(head->ptr, head->segment_size);
+            } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor must not throw; the memory is lost
+            }
         }
         for (Block* block = head; block != nullptr;) delete std::exchange(block, block->next);
     }
@@ -94,6 +123,16 @@ Allocation CachingAllocator::allocate(std::size_t bytes, StreamKey stream, NewSe
     Block* block = take_cached_block(size, stream, small);
     if (block != nullptr) {
         ++stats_.cache_hits;
+    } else if (new_segments == NewSegments::refused && kind_ == Segments::expandable) {
+        throw Error(fmt::format(
+            "cudarc: allocating {} bytes inside a graph capture needs device memory mapped into the stream's "
+            "expandable {} segment, and {} / {} would invalidate the capture; allocate buffers of this size "
+            "on "
+            "this stream once before capturing (freed blocks stay mapped), or use "
+            "MemorySource::stream_ordered",
+            bytes, small ? "small-pool" : "large-pool",
+            sys::entry_name(backend_.backend(), sys::Entry::mem_create),
+            sys::entry_name(backend_.backend(), sys::Entry::mem_map)));
     } else if (new_segments == NewSegments::refused) {
         throw Error(fmt::format(
             "cudarc: allocating {} bytes inside a graph capture needs a new {} segment from the driver, and "
@@ -115,12 +154,16 @@ Block* CachingAllocator::take_cached_block(std::size_t size, StreamKey stream, b
     Block* block = it->block;
     // Note: an oversize block serves only oversize requests that waste little of it. Both rules reject
     // a block for being too big, so no later (larger) candidate could pass either.
-    if (block->size > config_.max_split_size) {
-        if (size <= config_.max_split_size) return nullptr;
+    if (block->size > max_split_) {
+        if (size <= max_split_) return nullptr;
         if (block->size - size >= config_.oversize_reuse_margin) return nullptr;
     }
     take(block);
     return block;
+}
+
+Block* CachingAllocator::new_memory(std::size_t size, StreamKey stream, bool small) {
+    return kind_ == Segments::expandable ? grow(size, stream, small) : allocate_segment(size, stream, small);
 }
 
 Block* CachingAllocator::allocate_segment(std::size_t size, StreamKey stream, bool small) {
@@ -161,13 +204,14 @@ Block* CachingAllocator::allocate_segment(std::size_t size, StreamKey stream, bo
 // Out of memory: (1) give wholly free cached segments back and retry; (2) wait for the events of
 // pending frees, reuse or give back what they release, and retry; (3) throw. While a capture is under
 // way neither (1) nor (2) is allowed: no driver free, no event wait.
+// Expandable segments follow the same steps (Note [Expandable segments]): what is given back is free chunks.
 Block* CachingAllocator::allocate_with_escalation(std::size_t size, StreamKey stream, bool small) {
-    if (Block* block = allocate_segment(size, stream, small)) return block;
+    if (Block* block = new_memory(size, stream, small)) return block;
     const bool capturing = captures_underway_ > 0 || backend_.stream_capturing(stream);
     if (!capturing) {
-        if (release_cached_segments() > 0) {
+        if (release_cached_memory() > 0) {
             ++stats_.oom_retries;
-            if (Block* block = allocate_segment(size, stream, small)) return block;
+            if (Block* block = new_memory(size, stream, small)) return block;
         }
         if (pending_count_ > 0) {
             synchronize_pending_events();
@@ -176,8 +220,8 @@ Block* CachingAllocator::allocate_with_escalation(std::size_t size, StreamKey st
                 ++stats_.cache_hits;
                 return block;
             }
-            release_cached_segments();
-            if (Block* block = allocate_segment(size, stream, small)) return block;
+            release_cached_memory();
+            if (Block* block = new_memory(size, stream, small)) return block;
         }
     }
     throw_out_of_memory(size);
@@ -204,7 +248,7 @@ Allocation CachingAllocator::hand_out(Block* block, std::size_t size, StreamKey 
 }
 
 bool CachingAllocator::worth_splitting(const Block& block, std::size_t size) const noexcept {
-    if (block.size > config_.max_split_size) return false;
+    if (block.size > max_split_) return false;
     const std::size_t remainder = block.size - size;
     // Note: a large-pool remainder of 1 MiB or less would only ever serve small requests, which the
     // large pool does not take; keeping it attached avoids stranding it.
@@ -284,11 +328,15 @@ void CachingAllocator::release_hold(Block* block) noexcept {
     return_to_pool(block);
 }
 
+std::size_t CachingAllocator::release_cached_memory() {
+    return kind_ == Segments::expandable ? release_unused_chunks() : release_cached_segments();
+}
+
 std::size_t CachingAllocator::release_cached_segments() {
     std::size_t released = 0;
     for (auto it = segments_.begin(); it != segments_.end();) {
         Block* head = *it;
-        if (!head->is_whole_segment() || head->state != BlockState::free) {
+        if (head->expandable || !head->is_whole_segment() || head->state != BlockState::free) {
             ++it;
             continue;
         }
@@ -318,6 +366,7 @@ void CachingAllocator::recycle(Block* block) noexcept {
     block->stream = 0;
     block->prev = nullptr;
     block->segment_size = 0;
+    block->expandable = false;
     block->small_pool = false;
     block->state = BlockState::free;
     block->event_holds = 0;
@@ -729,6 +778,11 @@ void CachingAllocator::throw_out_of_memory(std::size_t size) {
     figures.requested = size;
     figures.allocated = stats_.allocated_bytes;
     figures.reserved = stats_.reserved_bytes;
+    if (kind_ == Segments::expandable) {
+        figures.mapped = stats_.reserved_bytes;
+        figures.address_space = stats_.address_space_bytes;
+    }
+    figures.largest_free = largest_free_block();
     try {
         std::tie(figures.device_free, figures.device_total) = backend_.memory_info();
     } catch (...) {  // NOLINT(bugprone-empty-catch): the figures stay zero; out of memory is the error
@@ -753,12 +807,15 @@ std::size_t CachingAllocator::empty_cache() {
     std::lock_guard lock(mutex_);
     if (captures_underway_ > 0) return 0;
     if (pending_count_ != 0) process_completed_events();
-    return release_cached_segments();
+    const std::size_t released = release_cached_memory();
+    if (kind_ == Segments::expandable) free_unmapped_ranges();
+    return released;
 }
 
 AllocatorSnapshot CachingAllocator::snapshot() const {
     std::lock_guard lock(mutex_);
     AllocatorSnapshot out;
+    out.source = kind_ == Segments::expandable ? "expandable" : "caching_allocator";
     out.segments.reserve(segments_.size());
     for (const Block* head : segments_) {
         AllocatorSnapshot::Segment& segment = out.segments.emplace_back();
@@ -766,10 +823,14 @@ AllocatorSnapshot CachingAllocator::snapshot() const {
         segment.size = head->segment_size;
         segment.stream = head->stream;
         segment.small_pool = head->small_pool;
+        segment.expandable = head->expandable;
+        segment.mapped_bytes = mapped_bytes_of(head);
         for (const Block* block = head; block != nullptr; block = block->next) {
             AllocatorSnapshot::BlockState state = AllocatorSnapshot::BlockState::free;
             if (block->state == BlockState::allocated) {
                 state = AllocatorSnapshot::BlockState::allocated;
+            } else if (block->state == BlockState::unmapped) {
+                state = AllocatorSnapshot::BlockState::unmapped;
             } else if (block->state == BlockState::held) {
                 state = block->graph_holds > 0 ? AllocatorSnapshot::BlockState::held_for_graph
                                                : AllocatorSnapshot::BlockState::awaiting_events;

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <memory_resource>
 #include <mutex>
@@ -13,6 +14,7 @@
 
 #include "alloc/backend.hpp"
 #include "alloc/block.hpp"
+#include "alloc/expandable_segments.hpp"
 #include "cudarc/allocator.hpp"
 
 namespace cudarc::alloc {
@@ -37,15 +39,23 @@ struct Allocation {
 // Identifies one graph capture between notify_capture_begin() and release_capture().
 using CaptureId = std::uint64_t;
 
-// Whether an allocation may ask the driver for a new segment. During a graph capture it may not: in the
-// capture's thread-local mode cuMemAlloc from the capturing thread invalidates the capture.
+// Whether an allocation may ask the driver for new memory (a segment, or chunks mapped into an expandable
+// one). During a graph capture it may not: in the capture's thread-local mode such a call from the
+// capturing thread invalidates the capture.
 enum class NewSegments { allowed, refused };
+
+// Where segments come from.
+enum class Segments {
+    fixed,       // one driver allocation each (AllocatorBackend::allocate_segment)
+    expandable,  // address ranges that grow in place (Note [Expandable segments])
+};
 
 class CachingAllocator {
   public:
     // `backend` must outlive the allocator (its destructor still calls it). Throws cudarc::Error when the
-    // configuration is invalid.
-    explicit CachingAllocator(AllocatorBackend& backend, const AllocatorConfig& config = {});
+    // configuration is invalid, or (Segments::expandable) the backend's granularity is unusable.
+    explicit CachingAllocator(AllocatorBackend& backend, const AllocatorConfig& config = {},
+                              Segments segments = Segments::fixed);
     CachingAllocator(const CachingAllocator&) = delete;
     CachingAllocator& operator=(const CachingAllocator&) = delete;
     // Returns every segment to the driver and every pending event to the pool. Never throws.
@@ -100,12 +110,17 @@ class CachingAllocator {
 
     [[nodiscard]] AllocatorStats stats() const;
     void reset_peak();
-    // Returns wholly free segments to the driver (none while a capture is under way). Returns the
-    // number of bytes given back.
+    // Returns wholly free segments to the driver (expandable segments: unmaps the chunks free blocks cover;
+    // none while a capture is under way). Returns the number of bytes of device memory given back.
     std::size_t empty_cache();
     [[nodiscard]] AllocatorSnapshot snapshot() const;
+    // Calls `visit` for every maximal mapped range of the expandable segments, under the allocator's lock
+    // (so that nothing is mapped or unmapped meanwhile).
+    void visit_mapped_ranges(const std::function<void(DevicePtr, std::size_t)>& visit) const;
 
     [[nodiscard]] const AllocatorConfig& config() const noexcept { return config_; }
+    [[nodiscard]] Segments segment_kind() const noexcept { return kind_; }
+    [[nodiscard]] const ExpandableLayout& layout() const noexcept { return layout_; }
 
   private:
     struct Capture {
@@ -139,6 +154,8 @@ class CachingAllocator {
         return block.small_pool ? small_blocks_ : large_blocks_;
     }
     Block* take_cached_block(std::size_t size, StreamKey stream, bool small);
+    // A new segment (fixed), or growth of an expandable one; nullptr when the device is out of memory.
+    Block* new_memory(std::size_t size, StreamKey stream, bool small);
     Block* allocate_segment(std::size_t size, StreamKey stream, bool small);
     Block* allocate_with_escalation(std::size_t size, StreamKey stream, bool small);
     Allocation hand_out(Block* block, std::size_t size, StreamKey stream);
@@ -151,6 +168,22 @@ class CachingAllocator {
     void return_to_pool(Block* block) noexcept;
     void release_hold(Block* block) noexcept;
     std::size_t release_cached_segments();
+    // What the out-of-memory path and empty_cache() give back: wholly free segments, or free chunks.
+    std::size_t release_cached_memory();
+
+    // Expandable segments (expandable_segments.cpp; Note [Expandable segments]).
+    Block* grow(std::size_t size, StreamKey stream, bool small);
+    Block* reserve_range(StreamKey stream, bool small);
+    Block* map_run(Block* start, std::size_t size, bool small);
+    std::size_t release_unused_chunks();
+    // Unmaps the chunk at `chunk_ptr` inside free block `block` (in its pool); `spare` holds two unused
+    // records, replaced as they are used. Returns the block that now holds what followed the chunk (or null).
+    // On failure nothing has changed.
+    Block* unmap_chunk_of(Block* block, DevicePtr chunk_ptr, std::size_t chunk, Block* (&spare)[2]);
+    std::size_t free_unmapped_ranges();
+    void destroy_expandable(Block* head) noexcept;
+    [[nodiscard]] std::size_t largest_free_block() const noexcept;
+    [[nodiscard]] static std::size_t mapped_bytes_of(const Block* head) noexcept;
     void process_completed_events();
     void drop_retired_queues() noexcept;
     void synchronize_pending_events();
@@ -172,6 +205,9 @@ class CachingAllocator {
 
     AllocatorBackend& backend_;
     AllocatorConfig config_;
+    Segments kind_;
+    ExpandableLayout layout_;    // Segments::expandable only
+    std::size_t max_split_;      // config_.max_split_size; no limit for expandable segments
     std::size_t reserve_limit_;  // from memory_fraction; SIZE_MAX when uncapped
 
     mutable std::mutex mutex_;

@@ -23,8 +23,11 @@ detail::SharedEvent& shared_of(EventHandle event) noexcept {
 
 }  // namespace
 
-CachingSource::CachingSource(detail::DeviceState& device, const AllocatorConfig& config)
-    : device_(device), allocator_(*this, config) {}
+CachingSource::CachingSource(detail::DeviceState& device, const AllocatorConfig& config, Segments segments)
+    : device_(device),
+      virtual_memory_(segments == Segments::expandable ? std::optional<VirtualMemory>(std::in_place, device)
+                                                       : std::nullopt),
+      allocator_(*this, config, segments) {}
 
 // ---- detail::MemorySource --------------------------------------------------------------------------
 
@@ -36,6 +39,9 @@ detail::MemoryBlock CachingSource::allocate(std::size_t bytes, detail::StreamSta
         const Allocation allocation = allocator_.allocate(
             bytes, stream.key(),
             detail::capture_on_this_thread() ? NewSegments::refused : NewSegments::allowed);
+        if (history_.recording())
+            history_.record(detail::MemoryHistory::Action::allocate, allocation.ptr, allocation.size,
+                            stream.key());
         return {allocation.ptr, allocation.block};
     } catch (...) {
         device_.rethrow_current();
@@ -45,6 +51,11 @@ detail::MemoryBlock CachingSource::allocate(std::size_t bytes, detail::StreamSta
 void CachingSource::deallocate(const detail::MemoryBlock& block, std::size_t bytes, detail::StreamState& home,
                                std::vector<detail::StreamUse> uses) noexcept {
     const Allocation allocation{block.ptr, bytes, static_cast<Block*>(block.handle)};
+    if (history_.recording() && allocation.block != nullptr) {
+        // Note: an allocated block's size and stream stay as they are until it is freed.
+        history_.record(detail::MemoryHistory::Action::free, block.ptr, allocation.block->size,
+                        allocation.block->stream);
+    }
     if (uses.empty()) {
         // Note: the hot path: same-stream reuse needs no event and no list. (A retired foreign home's
         // blocks were moved to the default stream, which waited for its final event.)
@@ -147,6 +158,25 @@ void CachingSource::release_capture(detail::SourceCaptureId capture,
     }
 }
 
+AllocatorSnapshot CachingSource::snapshot() const {
+    AllocatorSnapshot out = allocator_.snapshot();
+    out.timeline = history_.events();
+    return out;
+}
+
+void CachingSource::record_history(std::size_t max_entries) {
+    const AllocatorStats stats = allocator_.stats();
+    history_.start(max_entries, stats.allocated_bytes, stats.reserved_bytes);
+}
+
+// Peer access covers what cuMemAlloc returns, not mapped chunks (Note [Expandable segments]).
+void CachingSource::grant_access(sys::Device user) {
+    if (!virtual_memory_) return;
+    virtual_memory_->add_peer(user);
+    allocator_.visit_mapped_ranges(
+        [this](DevicePtr ptr, std::size_t bytes) { virtual_memory_->set_access(ptr, bytes); });
+}
+
 // Records the exception being handled for Device::rethrow_deferred_error.
 void CachingSource::defer_current() const noexcept {
     try {
@@ -188,14 +218,45 @@ std::optional<DevicePtr> CachingSource::allocate_segment(std::size_t bytes) {
     if (result == sys::kErrorOutOfMemory) return std::nullopt;
     device_.check(result, sys::Entry::mem_alloc);
     detail::AtomicCounters::bump(device_.counters().driver_allocations);
+    history_.record(detail::MemoryHistory::Action::segment_allocate, ptr, bytes);
     return ptr;
 }
 
-void CachingSource::free_segment(DevicePtr ptr, std::size_t /*bytes*/) {
+void CachingSource::free_segment(DevicePtr ptr, std::size_t bytes) {
     const sys::DriverApi& api = device_.api();
     const auto scope = device_.bind();
     device_.check(sys::require(api, api.mem_free, sys::Entry::mem_free)(ptr), sys::Entry::mem_free);
     detail::AtomicCounters::bump(device_.counters().driver_frees);
+    history_.record(detail::MemoryHistory::Action::segment_free, ptr, bytes);
+}
+
+// The expandable segments' backend: VirtualMemory, constructed when the allocator is expandable (the only
+// one that calls these).
+std::size_t CachingSource::mapping_granularity() {
+    return virtual_memory_->granularity();
+}
+
+std::optional<DevicePtr> CachingSource::reserve_address_range(std::size_t bytes, std::size_t alignment) {
+    return virtual_memory_->reserve(bytes, alignment);
+}
+
+void CachingSource::free_address_range(DevicePtr ptr, std::size_t bytes) {
+    virtual_memory_->free(ptr, bytes);
+}
+
+bool CachingSource::map_chunks(DevicePtr ptr, std::size_t bytes, std::size_t chunk) {
+    if (!virtual_memory_->map(ptr, bytes, chunk)) return false;
+    history_.record(detail::MemoryHistory::Action::map, ptr, bytes);
+    return true;
+}
+
+void CachingSource::unmap_chunk(DevicePtr ptr, std::size_t chunk) {
+    virtual_memory_->unmap(ptr, chunk);
+    history_.record(detail::MemoryHistory::Action::unmap, ptr, chunk);
+}
+
+void CachingSource::synchronize_device() {
+    virtual_memory_->synchronize();
 }
 
 EventHandle CachingSource::record_event(StreamKey stream) {
@@ -258,6 +319,10 @@ namespace cudarc::detail {
 
 std::unique_ptr<MemorySource> make_caching_source(DeviceState& device, const AllocatorConfig& config) {
     return std::make_unique<alloc::CachingSource>(device, config);
+}
+
+std::unique_ptr<MemorySource> make_expandable_source(DeviceState& device, const AllocatorConfig& config) {
+    return std::make_unique<alloc::CachingSource>(device, config, alloc::Segments::expandable);
 }
 
 }  // namespace cudarc::detail

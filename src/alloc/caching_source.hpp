@@ -1,6 +1,8 @@
 // The device's caching memory source: the caching allocator, and the allocator's backend over the device
-// (its context, driver table, event pool and counters). It sits above core (docs/architecture.md): core
-// reaches it only through detail::MemorySource and make_caching_source.
+// (its context, driver table, event pool and counters), with fixed segments (MemorySource::caching_allocator)
+// or expandable ones (MemorySource::expandable, over VirtualMemory). It sits above core
+// (docs/architecture.md): core reaches it only through detail::MemorySource, make_caching_source and
+// make_expandable_source.
 #pragma once
 
 #include <memory>
@@ -9,13 +11,18 @@
 #include <vector>
 
 #include "alloc/caching_allocator.hpp"
+#include "alloc/virtual_memory.hpp"
+#include "core/memory_history.hpp"
 #include "core/memory_source.hpp"
 
 namespace cudarc::alloc {
 
 class CachingSource final : public detail::MemorySource, private AllocatorBackend {
   public:
-    CachingSource(detail::DeviceState& device, const AllocatorConfig& config);
+    // Throws cudarc::Error for an invalid configuration, and (Segments::expandable) when the driver or the
+    // device has no virtual memory management.
+    CachingSource(detail::DeviceState& device, const AllocatorConfig& config,
+                  Segments segments = Segments::fixed);
 
     // detail::MemorySource
     detail::MemoryBlock allocate(std::size_t bytes, detail::StreamState& stream) override;
@@ -25,7 +32,9 @@ class CachingSource final : public detail::MemorySource, private AllocatorBacken
     void retire_stream(detail::StreamState& stream) noexcept override;
     [[nodiscard]] AllocatorStats stats() const override { return allocator_.stats(); }
     void reset_peak() override { allocator_.reset_peak(); }
-    [[nodiscard]] AllocatorSnapshot snapshot() const override { return allocator_.snapshot(); }
+    [[nodiscard]] AllocatorSnapshot snapshot() const override;
+    void record_history(std::size_t max_entries) override;
+    void grant_access(sys::Device user) override;
     [[nodiscard]] std::optional<detail::SourceCaptureId> begin_capture(detail::StreamState& origin) override;
     void join_capture(detail::SourceCaptureId capture, detail::StreamState& stream) override;
     void end_capture(detail::StreamState& origin) override;
@@ -48,12 +57,22 @@ class CachingSource final : public detail::MemorySource, private AllocatorBacken
     [[nodiscard]] std::pair<std::size_t, std::size_t> memory_info() override;
     [[nodiscard]] int device_ordinal() const noexcept override;
     [[nodiscard]] Backend backend() const noexcept override;
+    // Expandable segments, through virtual_memory_.
+    [[nodiscard]] std::size_t mapping_granularity() override;
+    [[nodiscard]] std::optional<DevicePtr> reserve_address_range(std::size_t bytes,
+                                                                 std::size_t alignment) override;
+    void free_address_range(DevicePtr ptr, std::size_t bytes) override;
+    [[nodiscard]] bool map_chunks(DevicePtr ptr, std::size_t bytes, std::size_t chunk) override;
+    void unmap_chunk(DevicePtr ptr, std::size_t chunk) override;
+    void synchronize_device() override;
 
     void defer_current() const noexcept;
     void free_after_host_wait(const Allocation& allocation) noexcept;
 
     detail::DeviceState& device_;
-    // Note: declared after device_ and destroyed first; its destructor still calls the backend above.
+    std::optional<VirtualMemory> virtual_memory_;  // Segments::expandable only
+    detail::MemoryHistory history_;
+    // Note: declared after what the backend uses and destroyed first; its destructor still calls the backend.
     CachingAllocator allocator_;
 };
 

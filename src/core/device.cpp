@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <map>
 #include <mutex>
+#include <string_view>
 
 #include "core/capture.hpp"
 #include "core/device_state.hpp"
@@ -18,18 +20,41 @@ namespace detail {
 namespace {
 std::atomic<std::uint64_t> next_generation{1};
 
-std::unique_ptr<MemorySource> make_memory_source(DeviceState& device, const DeviceOptions& options) {
-    switch (options.memory_source) {
+// DeviceOptions::memory_source when set, else CUDARC_ALLOCATOR, else the caching allocator.
+cudarc::MemorySource resolve_memory_source(const DeviceOptions& options) {
+    using cudarc::MemorySource;
+    if (options.memory_source) return *options.memory_source;
+    const char* text = std::getenv("CUDARC_ALLOCATOR");
+    const std::string_view name = text != nullptr ? text : "";
+    if (name.empty()) return MemorySource::caching_allocator;
+    for (const MemorySource source :
+         {MemorySource::caching_allocator, MemorySource::expandable, MemorySource::stream_ordered}) {
+        if (name == to_string(source)) return source;
+    }
+    throw Error(
+        fmt::format("cudarc: CUDARC_ALLOCATOR is '{}', which names no memory source: use caching_allocator, "
+                    "expandable or "
+                    "stream_ordered (or leave it unset for the caching allocator)",
+                    name));
+}
+
+std::unique_ptr<MemorySource> make_memory_source(DeviceState& device, cudarc::MemorySource source,
+                                                 const AllocatorConfig& config) {
+    switch (source) {
         case cudarc::MemorySource::stream_ordered:
             return make_stream_ordered_source(device);
         case cudarc::MemorySource::caching_allocator:
-            return make_caching_source(device, options.allocator);
+            return make_caching_source(device, config);
+        case cudarc::MemorySource::expandable:
+            return make_expandable_source(device, config);
     }
-    throw Error(fmt::format(
-        "cudarc: DeviceOptions::memory_source is {}, which is not a MemorySource value: use "
-        "MemorySource::caching_allocator ({}) or MemorySource::stream_ordered ({})",
-        static_cast<int>(options.memory_source), static_cast<int>(cudarc::MemorySource::caching_allocator),
-        static_cast<int>(cudarc::MemorySource::stream_ordered)));
+    throw Error(
+        fmt::format("cudarc: DeviceOptions::memory_source is {}, which is not a MemorySource value: use "
+                    "MemorySource::caching_allocator ({}), MemorySource::stream_ordered ({}) or "
+                    "MemorySource::expandable ({})",
+                    static_cast<int>(source), static_cast<int>(cudarc::MemorySource::caching_allocator),
+                    static_cast<int>(cudarc::MemorySource::stream_ordered),
+                    static_cast<int>(cudarc::MemorySource::expandable)));
 }
 }  // namespace
 
@@ -37,7 +62,7 @@ DeviceState::DeviceState(const sys::DriverApi& api, int ordinal, const DeviceOpt
     : api_(api),
       ordinal_(ordinal),
       generation_(next_generation.fetch_add(1, std::memory_order_relaxed)),
-      memory_source_(options.memory_source) {
+      memory_source_(resolve_memory_source(options)) {
     check(api_.device_get(&device_, ordinal), sys::Entry::device_get);
     check(api_.device_primary_ctx_retain(&context_, device_), sys::Entry::device_primary_ctx_retain);
     try {
@@ -57,7 +82,7 @@ DeviceState::DeviceState(const sys::DriverApi& api, int ordinal, const DeviceOpt
         }
         default_stream_ =
             std::make_unique<Stream>(Internals::make_stream(nullptr, std::move(state), nullptr));
-        memory_ = make_memory_source(*this, options);
+        memory_ = make_memory_source(*this, memory_source_, options.allocator);
     } catch (...) {
         default_stream_.reset();
         api_.device_primary_ctx_release(device_);
@@ -395,6 +420,10 @@ AllocatorStats Device::allocator_stats() const {
 
 AllocatorSnapshot Device::allocator_snapshot() const {
     return state_->memory().snapshot();
+}
+
+void Device::record_memory_history(std::size_t max_entries) const {
+    state_->memory().record_history(max_entries);
 }
 
 void Device::reset_peak_memory() const {

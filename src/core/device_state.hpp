@@ -219,7 +219,7 @@ class DeviceState : public std::enable_shared_from_this<DeviceState> {
                (owner.ordinal_ >= 0 && owner.ordinal_ < kMaxPeerOrdinals &&
                 peers_[owner.ordinal_].load(std::memory_order_acquire) == owner.generation_);
     }
-    void enable_peer_access(const DeviceState& peer);
+    void enable_peer_access(DeviceState& peer);
 
   private:
     friend class ContextScope;

@@ -64,13 +64,39 @@ DeviceLost::DeviceLost(const Error& cause)
                 to_string(cause.backend()), cause.device(), cause.what()),
             cause) {}
 
+namespace {
+// Note: the message names what decides the next step: the reserved and mapped bytes against the allocated
+// ones, and the largest free block against the request (a cache holding enough free bytes in no block large
+// enough is fragmented).
+std::string describe_out_of_memory(int device, const OutOfMemory::Figures& f, std::string_view holder) {
+    std::string held = fmt::format("{} holds {} bytes reserved", holder, f.reserved);
+    if (f.address_space != 0) {
+        held +=
+            fmt::format(" ({} bytes mapped into expandable segments of {} bytes of reserved address space)",
+                        f.mapped, f.address_space);
+    }
+    held += fmt::format(", {} allocated", f.allocated);
+    if (f.largest_free) held += fmt::format(", its largest free block {} bytes", *f.largest_free);
+    std::string hint =
+        "Hint: free tensors you no longer need, call empty_cache() to return cached blocks, or lower the "
+        "batch "
+        "size.";
+    if (f.largest_free && f.address_space == 0 && f.reserved > f.allocated &&
+        f.reserved - f.allocated >= f.requested) {
+        hint += fmt::format(
+            " The cache holds {} free bytes, but in no block as large as the request: it is fragmented, "
+            "which "
+            "MemorySource::expandable (CUDARC_ALLOCATOR=expandable) avoids.",
+            f.reserved - f.allocated);
+    }
+    return fmt::format(
+        "cudarc: out of memory on device {}: requested {} bytes; {}; the device has {} of {} "
+        "bytes free. {}",
+        device, f.requested, held, f.device_free, f.device_total, hint);
+}
+}  // namespace
+
 OutOfMemory::OutOfMemory(int device, const Figures& f, Backend backend, std::string_view holder)
-    : Error(
-          fmt::format("cudarc: out of memory on device {}: requested {} bytes; {} holds {} bytes "
-                      "reserved, {} allocated; the device has {} of {} bytes free. Hint: free tensors you no "
-                      "longer need, call empty_cache() to return cached blocks, or lower the batch size.",
-                      device, f.requested, holder, f.reserved, f.allocated, f.device_free, f.device_total),
-          device, backend),
-      figures_(f) {}
+    : Error(describe_out_of_memory(device, f, holder), device, backend), figures_(f) {}
 
 }  // namespace cudarc

@@ -1,6 +1,7 @@
-// Where memory for buffers comes from: the caching allocator (src/alloc/caching_source.hpp), the driver's
-// stream-ordered pool, or (for DeviceSlice::managed) managed memory. The public enum cudarc::MemorySource
-// names which of the first two a device uses; detail::MemorySource is what each of them implements.
+// Where memory for buffers comes from: the caching allocator over cuMemAlloc segments or over expandable
+// segments (src/alloc/caching_source.hpp), the driver's stream-ordered pool, or (for DeviceSlice::managed)
+// managed memory. The public enum cudarc::MemorySource names which of the first three a device uses;
+// detail::MemorySource is what each of them implements.
 #pragma once
 
 #include <cstddef>
@@ -64,8 +65,16 @@ class MemorySource {
     [[nodiscard]] virtual AllocatorStats stats() const { return {}; }
     // Restarts the peak figures from the current ones.
     virtual void reset_peak() {}
-    // What Device::allocator_snapshot reports (empty for sources that keep no segments).
+    // What Device::allocator_snapshot reports (empty for sources that keep no segments), with the timeline
+    // recorded so far.
     [[nodiscard]] virtual AllocatorSnapshot snapshot() const { return {}; }
+    // Device::record_memory_history: keeps the last `max_entries` allocations, frees and driver segments
+    // (or chunks) for snapshot().timeline; 0 stops and drops them. Sources that record nothing ignore it.
+    virtual void record_history(std::size_t /*max_entries*/) {}
+    // Device `user` may now use this source's memory (peer access was enabled for it): memory the driver
+    // does not open to peers by itself (the chunks of expandable segments) is opened to it, now and as it
+    // is mapped later. Throws cudarc::Error when the driver refuses.
+    virtual void grant_access(sys::Device /*user*/) {}
 
     // Graph capture (Note [Capture overlay]). A source that keeps memory for graphs hears of each capture
     // on its device; the others keep nothing and ignore it.
@@ -88,5 +97,10 @@ class MemorySource {
 // the layer above it, as a declaration: core includes no header of src/alloc (docs/architecture.md).
 [[nodiscard]] std::unique_ptr<MemorySource> make_caching_source(DeviceState& device,
                                                                 const AllocatorConfig& config);
+// The same allocator over expandable segments (Note [Expandable segments] in
+// src/alloc/expandable_segments.hpp), also defined in src/alloc. Throws cudarc::Error when the driver or the
+// device has no virtual memory management.
+[[nodiscard]] std::unique_ptr<MemorySource> make_expandable_source(DeviceState& device,
+                                                                   const AllocatorConfig& config);
 
 }  // namespace cudarc::detail

@@ -111,7 +111,7 @@ void throw_other_device_buffer(const char* what, int owner, int user) {
                     what, owner, user, user, owner, user, owner));
 }
 
-void DeviceState::enable_peer_access(const DeviceState& peer) {
+void DeviceState::enable_peer_access(DeviceState& peer) {
     if (&peer == this) {
         throw Error(
             fmt::format("cudarc: Device::enable_peer_access: device {} is not its own peer (it always uses "
@@ -143,6 +143,8 @@ void DeviceState::enable_peer_access(const DeviceState& peer) {
     // Note: already enabled is success: another library (or an earlier state of this device) enabled it on
     // the same primary context.
     if (result != sys::kErrorPeerAccessAlreadyEnabled) check(result, sys::Entry::ctx_enable_peer_access);
+    // Memory the context-wide switch does not cover (expandable segments' chunks) is opened one by one.
+    peer.memory().grant_access(device_);
     peers_[static_cast<std::size_t>(peer.ordinal_)].store(peer.generation_, std::memory_order_release);
 }
 

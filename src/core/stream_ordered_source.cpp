@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "core/device_state.hpp"
+#include "core/memory_history.hpp"
 #include "cudarc/detail/buffer.hpp"
 
 namespace cudarc::detail {
@@ -60,12 +61,14 @@ class StreamOrderedSource final : public MemorySource {
         AtomicCounters::bump(device_.counters().driver_allocations);
         live_allocations_.fetch_add(1, std::memory_order_relaxed);
         if (!pooled()) unpooled_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+        if (history_.recording()) record(MemoryHistory::Action::allocate, ptr, bytes, stream);
         return {ptr, nullptr};
     }
 
     void deallocate(const MemoryBlock& block, std::size_t bytes, StreamState& home,
                     std::vector<StreamUse> uses) noexcept override {
         const sys::DriverApi& api = device_.api();
+        if (history_.recording()) record(MemoryHistory::Action::free, block.ptr, bytes, home);
         bool ordered = false;
         try {
             const auto scope = device_.bind();
@@ -137,6 +140,19 @@ class StreamOrderedSource final : public MemorySource {
         }
     }
 
+    // The driver's pool shows no segments: the snapshot has the timeline only.
+    AllocatorSnapshot snapshot() const override {
+        AllocatorSnapshot out;
+        out.source = "stream_ordered";
+        out.timeline = history_.events();
+        return out;
+    }
+
+    void record_history(std::size_t max_entries) override {
+        const AllocatorStats figures = stats();
+        history_.start(max_entries, figures.allocated_bytes, figures.reserved_bytes);
+    }
+
   private:
     [[nodiscard]] bool pooled() const noexcept { return pool_ != nullptr; }
 
@@ -168,6 +184,17 @@ class StreamOrderedSource final : public MemorySource {
         free_now(ptr, device_.default_stream_state()->handle());
     }
 
+    // The pool's reserved figure is its own (it grows in chunks and shrinks when trimmed): read with each
+    // event while recording.
+    void record(MemoryHistory::Action action, DevicePtr ptr, std::size_t bytes,
+                const StreamState& stream) noexcept {
+        try {
+            history_.set_reserved(stats().reserved_bytes);
+        } catch (...) {  // NOLINT(bugprone-empty-catch): the event keeps the last figure
+        }
+        history_.record(action, ptr, bytes, stream.key());
+    }
+
     sys::Result allocate_once(DevicePtr& ptr, std::size_t bytes, StreamState& stream) {
         const sys::DriverApi& api = device_.api();
         return pooled() ? api.mem_alloc_async(&ptr, bytes, stream.handle()) : api.mem_alloc(&ptr, bytes);
@@ -194,6 +221,7 @@ class StreamOrderedSource final : public MemorySource {
     std::atomic<std::size_t> live_allocations_{0};
     std::atomic<std::size_t> unpooled_bytes_{0};
     std::atomic<std::uint64_t> out_of_memory_errors_{0};
+    MemoryHistory history_;
 };
 
 }  // namespace

@@ -109,6 +109,7 @@ inline constexpr int kManagedMemory = 83;
 inline constexpr int kConcurrentManagedAccess = 89;
 inline constexpr int kCooperativeLaunch = 95;
 inline constexpr int kMaxSharedMemoryPerBlockOptin = 97;
+inline constexpr int kVirtualMemoryManagementSupported = 102;
 inline constexpr int kMemoryPoolsSupported = 115;
 }  // namespace attr
 
@@ -155,6 +156,37 @@ struct GraphExecUpdateResultInfo {
 };
 inline constexpr int kGraphExecUpdateSuccess = 0;          // CU_GRAPH_EXEC_UPDATE_SUCCESS
 inline constexpr int kGraphExecUpdateTopologyChanged = 2;  // CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED
+
+// The virtual memory management types (CUmemGenericAllocationHandle, CUmemLocation, CUmemAllocationProp,
+// CUmemAccessDesc), as the CUDA driver API lays them out. HIP's hipMemAllocationProp has the same fields
+// up to allocFlags, whose last four bytes HIP does not read; the HIP adapters pass these through.
+using MemHandle = unsigned long long;
+struct MemLocation {
+    int type = 0;  // CUmemLocationType
+    int id = 0;    // the device ordinal for kMemLocationTypeDevice
+};
+struct MemAllocationProp {
+    int type = 0;                    // CUmemAllocationType
+    int requested_handle_types = 0;  // CUmemAllocationHandleType (0: none, not shareable)
+    MemLocation location;
+    void* win32_handle_meta_data = nullptr;
+    struct {
+        unsigned char compression_type = 0;
+        unsigned char gpu_direct_rdma_capable = 0;
+        unsigned short usage = 0;
+        unsigned char reserved[4] = {};
+    } alloc_flags;
+};
+static_assert(sizeof(MemAllocationProp) == 32, "CUmemAllocationProp is 32 bytes");
+struct MemAccessDesc {
+    MemLocation location;
+    int flags = 0;  // CUmemAccess_flags
+};
+static_assert(sizeof(MemAccessDesc) == 12, "CUmemAccessDesc is 12 bytes");
+inline constexpr int kMemAllocationTypePinned = 1;          // CU_MEM_ALLOCATION_TYPE_PINNED
+inline constexpr int kMemLocationTypeDevice = 1;            // CU_MEM_LOCATION_TYPE_DEVICE
+inline constexpr int kMemAccessFlagsProtReadWrite = 3;      // CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+inline constexpr int kMemAllocationGranularityMinimum = 0;  // CU_MEM_ALLOC_GRANULARITY_MINIMUM
 
 struct LaunchConfig {
     unsigned grid_x, grid_y, grid_z;

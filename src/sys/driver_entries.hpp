@@ -139,6 +139,25 @@
     /* The allocation containing `ptr` (borrowed memory's bounds check). Null on HIP. */                     \
     X(mem_get_address_range, "cuMemGetAddressRange", nullptr, optional, 12000,                               \
       Result(DevicePtr* base, std::size_t* size, DevicePtr ptr))                                             \
+    /* Virtual memory: the expandable source's address ranges and the physical chunks mapped into them */    \
+    /* (Note [Expandable segments] in src/alloc/expandable_segments.hpp). Null where the driver lacks them.  \
+     */                                                                                                      \
+    X(mem_address_reserve, "cuMemAddressReserve", "hipMemAddressReserve", optional, 12000,                   \
+      Result(DevicePtr* ptr, std::size_t bytes, std::size_t alignment, DevicePtr hint,                       \
+             unsigned long long flags))                                                                      \
+    X(mem_address_free, "cuMemAddressFree", "hipMemAddressFree", optional, 12000,                            \
+      Result(DevicePtr ptr, std::size_t bytes))                                                              \
+    X(mem_create, "cuMemCreate", "hipMemCreate", optional, 12000,                                            \
+      Result(MemHandle* handle, std::size_t bytes, const MemAllocationProp* prop, unsigned long long flags)) \
+    X(mem_release, "cuMemRelease", "hipMemRelease", optional, 12000, Result(MemHandle handle))               \
+    X(mem_map, "cuMemMap", "hipMemMap", optional, 12000,                                                     \
+      Result(DevicePtr ptr, std::size_t bytes, std::size_t offset, MemHandle handle,                         \
+             unsigned long long flags))                                                                      \
+    X(mem_unmap, "cuMemUnmap", "hipMemUnmap", optional, 12000, Result(DevicePtr ptr, std::size_t bytes))     \
+    X(mem_set_access, "cuMemSetAccess", "hipMemSetAccess", optional, 12000,                                  \
+      Result(DevicePtr ptr, std::size_t bytes, const MemAccessDesc* desc, std::size_t count))                \
+    X(mem_get_allocation_granularity, "cuMemGetAllocationGranularity", "hipMemGetAllocationGranularity",     \
+      optional, 12000, Result(std::size_t* granularity, const MemAllocationProp* prop, int option))          \
     /* Modules and launches. cuModuleLoadData has the signature the table wants; options go through NVRTC.   \
      */                                                                                                      \
     X(module_load_data, "cuModuleLoadData", "hipModuleLoadData", required, 12000,                            \

@@ -12,10 +12,13 @@
 #include <set>
 #include <utility>
 
+#include <sys/mman.h>
+
 namespace cudarc::fake {
 namespace {
 
 constexpr std::size_t kPoolChunk = std::size_t{2} << 20;
+constexpr std::size_t kVmmGranularity = std::size_t{2} << 20;  // cuMemGetAllocationGranularity's answer
 constexpr std::size_t kAlignment = 256;
 constexpr std::uint64_t kFirstHandle = 0x10000;
 constexpr std::uint64_t kHandleStep = 0x10;
@@ -136,6 +139,8 @@ int default_attribute(const DeviceSpec& spec, int ordinal, int attribute, bool& 
             return 232448;
         case sys::attr::kMemoryPoolsSupported:
             return spec.memory_pools ? 1 : 0;
+        case sys::attr::kVirtualMemoryManagementSupported:
+            return spec.virtual_memory ? 1 : 0;
         default:
             known = false;
             return 0;
@@ -146,11 +151,10 @@ int default_attribute(const DeviceSpec& spec, int ordinal, int attribute, bool& 
 
 std::string to_string(const LiveCounts& c) {
     return fmt::format(
-        "{} device allocations ({} bytes), {} pool chunks, {} page-locked allocations, {} streams, {} "
-        "events, "
-        "{} modules, {} graphs, {} retained primary contexts",
-        c.device_allocations, c.device_bytes, c.pool_chunks, c.host_allocations, c.streams, c.events,
-        c.modules, c.graphs, c.retained_primary_contexts);
+        "{} device allocations ({} bytes), {} pool chunks, {} address ranges, {} physical allocations, {} "
+        "page-locked allocations, {} streams, {} events, {} modules, {} graphs, {} retained primary contexts",
+        c.device_allocations, c.device_bytes, c.pool_chunks, c.address_ranges, c.physical_allocations,
+        c.host_allocations, c.streams, c.events, c.modules, c.graphs, c.retained_primary_contexts);
 }
 
 struct FakeDriver::Impl {
@@ -197,7 +201,9 @@ struct FakeDriver::Impl {
         bool alive = true;
         std::uint64_t capture = 0;  // the capture its last record was made in (0: outside any)
     };
-    enum class MemoryKind { device, managed, pool, host };
+    // `reserved`: an address range of cuMemAddressReserve (mmap'ed without access), usable only where a
+    // mapping covers it and its access was set.
+    enum class MemoryKind { device, managed, pool, host, reserved };
     struct Allocation {
         std::size_t size = 0;
         int ordinal = 0;
@@ -214,6 +220,17 @@ struct FakeDriver::Impl {
         std::size_t reserved_high = 0;
         std::size_t used_high = 0;
         std::multimap<std::size_t, std::uintptr_t> cached;  // chunk size -> address
+    };
+    struct Mapping {  // cuMemMap of a whole physical allocation
+        std::size_t size = 0;
+        std::uint64_t handle = 0;
+        std::uint32_t access = 0;  // bit d: device d may access it (cuMemSetAccess)
+    };
+    struct PhysicalMemory {  // cuMemCreate; freed once released and unmapped
+        std::size_t size = 0;
+        int ordinal = 0;
+        int mappings = 0;
+        bool released = false;
     };
     struct Module {
         std::uint64_t context = 0;
@@ -251,6 +268,8 @@ struct FakeDriver::Impl {
     std::map<std::uint64_t, Event> events;
     std::map<std::uintptr_t, Allocation> memory;
     std::map<std::uint64_t, Pool> pools;
+    std::map<std::uintptr_t, Mapping> mappings;
+    std::map<std::uint64_t, PhysicalMemory> physical;
     std::map<std::uint64_t, Module> modules;
     std::map<std::uint64_t, Function> functions;
     std::map<std::string, KernelDefinition> kernels;
@@ -353,12 +372,27 @@ struct FakeDriver::Impl {
     }
     std::span<std::byte> span(std::uintptr_t ptr, std::size_t bytes) {
         Allocation* a = find_memory(ptr, bytes);
-        if (a == nullptr || !a->live) return {};
+        if (a == nullptr || !a->live || (a->kind == MemoryKind::reserved && !accessible(ptr, bytes)))
+            return {};
         return {reinterpret_cast<std::byte*>(ptr), bytes};
+    }
+    // Whether mappings whose access was set cover [ptr, ptr + bytes) without a gap.
+    bool accessible(std::uintptr_t ptr, std::size_t bytes) const {
+        auto it = mappings.upper_bound(ptr);
+        if (it == mappings.begin()) return false;
+        std::uintptr_t covered = ptr;
+        for (--it; it != mappings.end() && covered < ptr + bytes; ++it) {
+            if (it->first > covered || it->first + it->second.size <= covered || it->second.access == 0)
+                return false;
+            covered = it->first + it->second.size;
+        }
+        return covered >= ptr + bytes;
     }
     bool device_range(std::uintptr_t ptr, std::size_t bytes, const char* call) {
         Allocation* a = find_memory(ptr, bytes);
-        if (a != nullptr && a->live && a->kind != MemoryKind::host) return true;
+        if (a != nullptr && a->live && a->kind != MemoryKind::host &&
+            (a->kind != MemoryKind::reserved || accessible(ptr, bytes)))
+            return true;
         violation(fmt::format("{}: [{:#x}, +{}) is not inside live device memory", call, ptr, bytes));
         return false;
     }
@@ -379,11 +413,24 @@ struct FakeDriver::Impl {
         if (kind != MemoryKind::host) device.used += bytes;
         return sys::kSuccess;
     }
+    static void free_storage(const Allocation& a) {
+        if (a.kind == MemoryKind::reserved) {
+            ::munmap(a.storage, a.size);
+        } else {
+            std::free(a.storage);
+        }
+    }
     void release_memory(std::map<std::uintptr_t, Allocation>::iterator it) {
-        if (it->second.kind != MemoryKind::host)
+        if (it->second.kind != MemoryKind::host && it->second.kind != MemoryKind::reserved)
             devices[static_cast<std::size_t>(it->second.ordinal)].used -= it->second.size;
-        std::free(it->second.storage);
+        free_storage(it->second);
         memory.erase(it);
+    }
+    // Physical memory of cuMemCreate goes back once it is released and no longer mapped.
+    void maybe_free_physical(std::map<std::uint64_t, PhysicalMemory>::iterator it) {
+        if (!it->second.released || it->second.mappings != 0) return;
+        devices[static_cast<std::size_t>(it->second.ordinal)].used -= it->second.size;
+        physical.erase(it);
     }
     void trim(Pool& pool, std::size_t keep) {
         while (pool.reserved > keep && !pool.cached.empty()) {
@@ -1247,6 +1294,146 @@ sys::Result mem_get_address_range(Impl& d, DevicePtr* base, std::size_t* size, D
     return sys::kSuccess;
 }
 
+// Virtual memory: an address range is mmap'ed without access; a mapping's pages become readable and
+// writable once its access is set, and cuMemUnmap discards them.
+bool valid_prop(const Impl& d, const sys::MemAllocationProp* prop) {
+    return prop != nullptr && prop->type == sys::kMemAllocationTypePinned &&
+           prop->location.type == sys::kMemLocationTypeDevice && valid_device(d, prop->location.id);
+}
+sys::Result vmm_support(const Impl& d, int ordinal) {
+    const Impl::Device& device = d.devices[static_cast<std::size_t>(ordinal)];
+    if (device.lost != sys::kSuccess) return device.lost;
+    return device.spec.virtual_memory ? sys::kSuccess : sys::kErrorNotSupported;
+}
+sys::Result mem_address_reserve(Impl& d, DevicePtr* ptr, std::size_t bytes, std::size_t alignment, DevicePtr,
+                                unsigned long long flags) {
+    std::uint64_t context = 0;
+    if (const sys::Result r = d.use_current(context)) return r;
+    const int ordinal = d.ordinal_of_context(context);
+    if (const sys::Result r = vmm_support(d, ordinal)) return r;
+    alignment = std::max(alignment, kVmmGranularity);
+    if (bytes == 0 || bytes % kVmmGranularity != 0 || flags != 0 || (alignment & (alignment - 1)) != 0)
+        return sys::kErrorInvalidValue;
+    void* region =
+        ::mmap(nullptr, bytes + alignment, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (region == MAP_FAILED) return sys::kErrorOutOfMemory;
+    const auto first = reinterpret_cast<std::uintptr_t>(region);
+    const std::uintptr_t start = round_up(first, alignment);
+    if (start > first) ::munmap(region, start - first);
+    if (const std::uintptr_t tail = first + bytes + alignment - (start + bytes); tail > 0)
+        ::munmap(reinterpret_cast<void*>(start + bytes), tail);
+    d.memory[start] = Impl::Allocation{
+        bytes, ordinal, Impl::MemoryKind::reserved, true, reinterpret_cast<std::byte*>(start), context};
+    *ptr = static_cast<DevicePtr>(start);
+    return sys::kSuccess;
+}
+sys::Result mem_address_free(Impl& d, DevicePtr ptr, std::size_t bytes) {
+    const auto it = d.memory.find(static_cast<std::uintptr_t>(ptr));
+    if (it == d.memory.end() || it->second.kind != Impl::MemoryKind::reserved || it->second.size != bytes) {
+        d.violation(fmt::format("cuMemAddressFree of [{:#x}, +{}), which cuMemAddressReserve did not return",
+                                ptr, bytes));
+        return sys::kErrorInvalidValue;
+    }
+    const auto mapped = d.mappings.lower_bound(it->first);
+    if (mapped != d.mappings.end() && mapped->first < it->first + bytes) {
+        d.violation(fmt::format("cuMemAddressFree of [{:#x}, +{}) while {:#x} is still mapped", ptr, bytes,
+                                mapped->first));
+        return sys::kErrorInvalidValue;
+    }
+    d.release_memory(it);
+    return sys::kSuccess;
+}
+sys::Result mem_create(Impl& d, sys::MemHandle* handle, std::size_t bytes, const sys::MemAllocationProp* prop,
+                       unsigned long long flags) {
+    if (!valid_prop(d, prop) || flags != 0 || bytes == 0 || bytes % kVmmGranularity != 0)
+        return sys::kErrorInvalidValue;
+    if (const sys::Result r = vmm_support(d, prop->location.id)) return r;
+    Impl::Device& device = d.devices[static_cast<std::size_t>(prop->location.id)];
+    if (bytes > device.spec.memory_bytes - device.used) return sys::kErrorOutOfMemory;
+    device.used += bytes;
+    const std::uint64_t id = d.new_id();
+    d.physical[id] = Impl::PhysicalMemory{bytes, prop->location.id, 0, false};
+    *handle = id;
+    return sys::kSuccess;
+}
+sys::Result mem_release(Impl& d, sys::MemHandle handle) {
+    const auto it = d.physical.find(handle);
+    if (it == d.physical.end() || it->second.released) {
+        d.violation(fmt::format("cuMemRelease of handle {:#x}, unknown or released already", handle));
+        return sys::kErrorInvalidValue;
+    }
+    it->second.released = true;
+    d.maybe_free_physical(it);
+    return sys::kSuccess;
+}
+sys::Result mem_map(Impl& d, DevicePtr ptr, std::size_t bytes, std::size_t offset, sys::MemHandle handle,
+                    unsigned long long flags) {
+    const auto it = d.physical.find(handle);
+    const auto address = static_cast<std::uintptr_t>(ptr);
+    const Impl::Allocation* range = d.find_memory(address, bytes);
+    // Note: only whole allocations are mapped here (offset 0), as the expandable source does.
+    if (it == d.physical.end() || it->second.released || offset != 0 || flags != 0 ||
+        bytes != it->second.size || range == nullptr || range->kind != Impl::MemoryKind::reserved ||
+        address % kVmmGranularity != 0)
+        return sys::kErrorInvalidValue;
+    if (const sys::Result r = vmm_support(d, it->second.ordinal)) return r;
+    const auto next = d.mappings.lower_bound(address);
+    if ((next != d.mappings.end() && next->first < address + bytes) ||
+        (next != d.mappings.begin() && std::prev(next)->first + std::prev(next)->second.size > address))
+        return sys::kErrorInvalidValue;  // overlaps a mapping
+    d.mappings[address] = Impl::Mapping{bytes, handle, 0};
+    ++it->second.mappings;
+    return sys::kSuccess;
+}
+sys::Result mem_unmap(Impl& d, DevicePtr ptr, std::size_t bytes) {
+    const auto it = d.mappings.find(static_cast<std::uintptr_t>(ptr));
+    if (it == d.mappings.end() || it->second.size != bytes) {
+        d.violation(fmt::format("cuMemUnmap of [{:#x}, +{}), which is not one whole mapping", ptr, bytes));
+        return sys::kErrorInvalidValue;
+    }
+    // Note: unlike cuMemFree, cuMemUnmap does not wait for the device: work still queued on these bytes
+    // finds them gone when it runs (a violation).
+    void* pages = reinterpret_cast<void*>(it->first);
+    ::madvise(pages, bytes, MADV_DONTNEED);
+    ::mprotect(pages, bytes, PROT_NONE);
+    const auto memory = d.physical.find(it->second.handle);
+    d.mappings.erase(it);
+    if (memory != d.physical.end()) {
+        --memory->second.mappings;
+        d.maybe_free_physical(memory);
+    }
+    return sys::kSuccess;
+}
+sys::Result mem_set_access(Impl& d, DevicePtr ptr, std::size_t bytes, const sys::MemAccessDesc* desc,
+                           std::size_t count) {
+    const auto start = static_cast<std::uintptr_t>(ptr);
+    std::uint32_t grant = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+        if (desc[i].location.type != sys::kMemLocationTypeDevice || !valid_device(d, desc[i].location.id) ||
+            desc[i].flags != sys::kMemAccessFlagsProtReadWrite)
+            return sys::kErrorInvalidValue;
+        grant |= 1u << desc[i].location.id;
+    }
+    // The range must be fully mapped: every byte by a mapping, without gaps.
+    std::uintptr_t covered = start;
+    for (auto it = d.mappings.find(start); it != d.mappings.end() && covered < start + bytes; ++it) {
+        if (it->first != covered) break;
+        covered += it->second.size;
+    }
+    if (bytes == 0 || count == 0 || covered < start + bytes) return sys::kErrorInvalidValue;
+    for (auto it = d.mappings.find(start); it != d.mappings.end() && it->first < start + bytes; ++it)
+        it->second.access |= grant;
+    ::mprotect(reinterpret_cast<void*>(start), bytes, PROT_READ | PROT_WRITE);
+    return sys::kSuccess;
+}
+sys::Result mem_get_allocation_granularity(Impl& d, std::size_t* granularity,
+                                           const sys::MemAllocationProp* prop, int) {
+    if (!valid_prop(d, prop)) return sys::kErrorInvalidValue;
+    if (const sys::Result r = vmm_support(d, prop->location.id)) return r;
+    *granularity = kVmmGranularity;
+    return sys::kSuccess;
+}
+
 bool text_has_entry(const std::string& text, const std::string& name) {
     const std::string marker = ".entry " + name;
     for (std::size_t at = text.find(marker); at != std::string::npos; at = text.find(marker, at + 1)) {
@@ -1567,7 +1754,7 @@ FakeDriver::~FakeDriver() {
             std::abort();
         }
     }
-    for (auto& [address, allocation] : impl_->memory) std::free(allocation.storage);
+    for (auto& [address, allocation] : impl_->memory) Impl::free_storage(allocation);
     g_driver.store(nullptr, std::memory_order_release);
 }
 
@@ -1649,8 +1836,12 @@ LiveCounts FakeDriver::live() const {
             case Impl::MemoryKind::host:
                 ++c.host_allocations;
                 break;
+            case Impl::MemoryKind::reserved:
+                ++c.address_ranges;
+                break;
         }
     }
+    c.physical_allocations = impl_->physical.size();
     for (const auto& [id, s] : impl_->streams) c.streams += s.alive && !s.implicit ? 1 : 0;
     for (const auto& [id, e] : impl_->events) c.events += e.alive ? 1 : 0;
     for (const auto& [id, m] : impl_->modules) c.modules += m.alive ? 1 : 0;
@@ -1673,6 +1864,22 @@ std::uint64_t FakeDriver::host_waits() const {
 std::span<std::byte> FakeDriver::bytes(DevicePtr ptr, std::size_t size) const {
     Lock lock(impl_->mutex);
     return impl_->span(static_cast<std::uintptr_t>(ptr), size);
+}
+
+std::uint32_t FakeDriver::access_mask(DevicePtr ptr) const {
+    Lock lock(impl_->mutex);
+    const auto address = static_cast<std::uintptr_t>(ptr);
+    auto it = impl_->mappings.upper_bound(address);
+    if (it == impl_->mappings.begin()) return 0;
+    --it;
+    return address - it->first < it->second.size ? it->second.access : 0;
+}
+
+std::size_t FakeDriver::physical_bytes(int ordinal) const {
+    Lock lock(impl_->mutex);
+    std::size_t bytes = 0;
+    for (const auto& [id, memory] : impl_->physical) bytes += memory.ordinal == ordinal ? memory.size : 0;
+    return bytes;
 }
 
 std::size_t FakeDriver::pool_reserved_bytes(int ordinal) const {

@@ -22,6 +22,10 @@
 //    Launches are recorded (launches()); a defined kernel's body runs when the launch's turn comes.
 //  - The default memory pool (cuMemAllocAsync / cuMemFreeAsync / cuMemPoolTrimTo / attributes) with 2 MiB
 //    chunks and its release threshold applied at host waits.
+//  - Virtual memory with a 2 MiB granularity: cuMemAddressReserve gives an address range without access
+//    (mmap'ed), cuMemCreate physical memory counted against the device, cuMemMap maps one whole allocation,
+//    cuMemSetAccess (over a fully mapped range) makes it usable, cuMemUnmap discards its bytes without
+//    waiting for queued work, and physical memory is freed once released and unmapped.
 //  - Stream capture: work enqueued on a capturing stream goes into the graph; a graph launch enqueues it.
 //    A stream that waits for an event recorded inside a capture joins it (its work goes into the same
 //    graph, in enqueue order) and leaves it when the origin's capture ends; such an event cannot be waited
@@ -71,6 +75,7 @@ struct DeviceSpec {
     int multiprocessors = 132;
     std::size_t memory_bytes = 8 * kGiB;  // capacity; only touched pages cost host memory
     bool memory_pools = true;             // cuMemAllocAsync and the default pool
+    bool virtual_memory = true;           // cuMemAddressReserve, cuMemCreate, cuMemMap and the rest
     // Device attributes (CUdevice_attribute number -> value) that differ from the H200-like defaults.
     std::map<int, int> attributes;
 };
@@ -87,8 +92,10 @@ struct Options {
 struct LiveCounts {
     std::size_t device_allocations = 0;  // cuMemAlloc / cuMemAllocManaged blocks
     std::size_t device_bytes = 0;
-    std::size_t pool_chunks = 0;       // memory pool chunks handed out by cuMemAllocAsync and not yet freed
-    std::size_t host_allocations = 0;  // cuMemHostAlloc
+    std::size_t pool_chunks = 0;     // memory pool chunks handed out by cuMemAllocAsync and not yet freed
+    std::size_t address_ranges = 0;  // cuMemAddressReserve ranges not yet freed
+    std::size_t physical_allocations = 0;  // cuMemCreate memory not yet freed (released and unmapped)
+    std::size_t host_allocations = 0;      // cuMemHostAlloc
     std::size_t streams = 0;
     std::size_t events = 0;
     std::size_t modules = 0;
@@ -158,6 +165,11 @@ class FakeDriver {
     [[nodiscard]] std::uint64_t host_waits() const;
     // Bytes of a live allocation (device, managed, pool or page-locked); empty when `ptr` is not in one.
     [[nodiscard]] std::span<std::byte> bytes(DevicePtr ptr, std::size_t size) const;
+    // The devices that may access the mapping holding `ptr` (bit d: device d, by cuMemSetAccess); 0 when
+    // no mapping holds it.
+    [[nodiscard]] std::uint32_t access_mask(DevicePtr ptr) const;
+    // Bytes of cuMemCreate memory of device `ordinal` not yet freed.
+    [[nodiscard]] std::size_t physical_bytes(int ordinal) const;
     // The default pool's reserved and used bytes on device `ordinal`.
     [[nodiscard]] std::size_t pool_reserved_bytes(int ordinal) const;
     [[nodiscard]] std::size_t pool_used_bytes(int ordinal) const;

@@ -40,8 +40,9 @@ AllocatorSnapshot::BlockState state_at(const Device& device, DevicePtr address) 
 }  // namespace
 
 TEST_CASE("alloc.freed_block_waits_for_a_held_back_reader_on_another_stream") {
-    auto device = Device::open(0);
-    REQUIRE(device.memory_source() == MemorySource::caching_allocator);
+    auto opened = open_device_with(MemorySource::caching_allocator);
+    if (!opened) return;
+    Device& device = *opened;
     const Module& bench = bench_module(device);
     const auto spin = bench.kernel<BenchSpin::signature>("bench_spin");
     const auto copy_kernel = bench.kernel<BenchCopy::signature>("bench_copy");
@@ -134,8 +135,9 @@ TEST_CASE("alloc.freed_block_waits_for_a_held_back_reader_on_another_stream") {
 }
 
 TEST_CASE("alloc.record_stream_holds_a_block_used_through_its_raw_pointer") {
-    auto device = Device::open(0);
-    REQUIRE(device.memory_source() == MemorySource::caching_allocator);
+    auto opened = open_device_with(MemorySource::caching_allocator);
+    if (!opened) return;
+    Device& device = *opened;
     const auto spin = bench_module(device).kernel<BenchSpin::signature>("bench_spin");
     auto home = device.create_stream();
     auto reader = device.create_stream();
@@ -173,8 +175,9 @@ TEST_CASE("alloc.record_stream_holds_a_block_used_through_its_raw_pointer") {
 TEST_CASE("alloc.same_stream_free_is_reused_at_once") {
     // The other half of the rule: freed with no use on another stream, the block serves the next request of
     // its stream immediately, and the stream's order keeps the earlier work first.
-    auto device = Device::open(0);
-    REQUIRE(device.memory_source() == MemorySource::caching_allocator);
+    auto opened = open_device_with(MemorySource::caching_allocator);
+    if (!opened) return;
+    Device& device = *opened;
     const auto spin = bench_module(device).kernel<BenchSpin::signature>("bench_spin");
     auto stream = device.create_stream();
     // Earlier tests may have left free blocks cached under this stream's (pooled) handle; drop them, so that
@@ -204,8 +207,9 @@ TEST_CASE("alloc.read_on_the_writing_stream_after_another_streams_read_holds_the
     // write already exists), behind a spin; then the slice is freed on its home stream, which reallocates
     // the size and writes at once. The free must wait for the writer stream's later read, not only for the
     // write that the earlier event covers.
-    auto device = Device::open(0);
-    REQUIRE(device.memory_source() == MemorySource::caching_allocator);
+    auto opened = open_device_with(MemorySource::caching_allocator);
+    if (!opened) return;
+    Device& device = *opened;
     const auto spin = bench_module(device).kernel<BenchSpin::signature>("bench_spin");
     auto home = device.create_stream();    // the slice is allocated here (its block belongs to this pool)
     auto writer = device.create_stream();  // writes it, then reads it again behind a spin

@@ -29,6 +29,13 @@ struct FakeCall {
         release_event,
         capture_status,
         memory_info,
+        // Expandable segments
+        reserve_range,  // value: bytes
+        free_range,     // value: address
+        map,            // succeeded; value: bytes
+        map_failed,     // value: bytes
+        unmap,          // value: address
+        synchronize_device,
     };
     Kind kind;
     std::uint64_t value = 0;  // bytes, address, stream or event id
@@ -105,6 +112,90 @@ class FakeDevice {
         std::lock_guard lock(mutex_);
         log_.push_back({FakeCall::Kind::memory_info, 0});
         return {capacity_ - used_, capacity_};
+    }
+
+    // --- Virtual memory (expandable segments): ranges at fake addresses, chunks counted against the
+    // capacity like segments. Checks that chunks are mapped into a range, aligned and never twice, and that a
+    // chunk is unmapped only after a device synchronize since it was mapped (work may still use it), unless
+    // nothing can have used it yet: mapped by the same allocation (the undo of a failed one) and not handed
+    // out since (handed_out()).
+    std::size_t granularity() {
+        std::lock_guard lock(mutex_);
+        return granularity_;
+    }
+    std::optional<DevicePtr> reserve_range(std::size_t bytes, std::size_t alignment) {
+        std::lock_guard lock(mutex_);
+        log_.push_back({FakeCall::Kind::reserve_range, bytes});
+        if (bytes % granularity_ != 0 || alignment == 0 || (alignment & (alignment - 1)) != 0)
+            violations_.push_back("a range of a size or alignment the driver refuses");
+        if (bytes > address_space_left_) return std::nullopt;
+        address_space_left_ -= bytes;
+        const DevicePtr ptr = round_up(next_address_, alignment);
+        next_address_ = ptr + bytes + 2 * kMiB;
+        ranges_.emplace(ptr, bytes);
+        return ptr;
+    }
+    void free_range(DevicePtr ptr, std::size_t bytes) {
+        std::lock_guard lock(mutex_);
+        log_.push_back({FakeCall::Kind::free_range, ptr});
+        if (!capturing_.empty()) violations_.push_back("range freed during a capture");
+        const auto it = ranges_.find(ptr);
+        if (it == ranges_.end() || it->second != bytes) {
+            violations_.push_back("free of an unknown range or with the wrong size");
+            return;
+        }
+        const auto mapped = chunks_.lower_bound(ptr);
+        if (mapped != chunks_.end() && mapped->first < ptr + bytes)
+            violations_.push_back("range freed while mapped");
+        address_space_left_ += bytes;
+        ranges_.erase(it);
+    }
+    bool map(DevicePtr ptr, std::size_t bytes, std::size_t chunk) {
+        std::lock_guard lock(mutex_);
+        if (!capturing_.empty()) violations_.push_back("chunks mapped during a capture");
+        if (chunk == 0 || chunk % granularity_ != 0 || bytes % chunk != 0 || ptr % chunk != 0)
+            violations_.push_back("a mapping of a size or alignment that is not whole chunks");
+        if (!inside_a_range(ptr, bytes)) violations_.push_back("chunks mapped outside a reserved range");
+        const bool injected = fail_after_ == 0;
+        if (fail_after_ >= 0) --fail_after_;
+        if (injected || bytes > capacity_ - used_) {
+            log_.push_back({FakeCall::Kind::map_failed, bytes});
+            return false;
+        }
+        for (std::size_t offset = 0; offset < bytes; offset += chunk) {
+            if (!chunks_.emplace(ptr + offset, Chunk{chunk, epoch_}).second)
+                violations_.push_back("a chunk mapped twice");
+            fresh_.insert(ptr + offset);
+        }
+        used_ += bytes;
+        log_.push_back({FakeCall::Kind::map, bytes});
+        return true;
+    }
+    void unmap(DevicePtr ptr, std::size_t chunk) {
+        std::lock_guard lock(mutex_);
+        log_.push_back({FakeCall::Kind::unmap, ptr});
+        if (!capturing_.empty()) violations_.push_back("chunk unmapped during a capture");
+        const auto it = chunks_.find(ptr);
+        if (it == chunks_.end() || it->second.size != chunk) {
+            violations_.push_back("unmap of a chunk that is not mapped, or of another size");
+            return;
+        }
+        if (it->second.epoch == epoch_ && !fresh_.contains(ptr))
+            violations_.push_back("a chunk unmapped without a device synchronize since it was mapped");
+        used_ -= chunk;
+        chunks_.erase(it);
+        fresh_.erase(ptr);
+    }
+    void synchronize_device() {
+        std::lock_guard lock(mutex_);
+        log_.push_back({FakeCall::Kind::synchronize_device, 0});
+        if (!capturing_.empty()) violations_.push_back("device synchronized during a capture");
+        ++epoch_;
+    }
+    // What the allocator handed out since may be in use: its chunks need a synchronize before an unmap.
+    void handed_out() {
+        std::lock_guard lock(mutex_);
+        fresh_.clear();
     }
 
     // --- What tests call ---------------------------------------------------------------------------
@@ -193,6 +284,42 @@ class FakeDevice {
         std::lock_guard lock(mutex_);
         return violations_;
     }
+    // Virtual memory: what is mapped and reserved now; whether [ptr, ptr + bytes) is wholly mapped.
+    [[nodiscard]] std::size_t mapped_bytes() {
+        std::lock_guard lock(mutex_);
+        std::size_t bytes = 0;
+        for (const auto& [ptr, chunk] : chunks_) bytes += chunk.size;
+        return bytes;
+    }
+    [[nodiscard]] std::size_t live_ranges() {
+        std::lock_guard lock(mutex_);
+        return ranges_.size();
+    }
+    [[nodiscard]] bool mapped(DevicePtr ptr, std::size_t bytes) {
+        std::lock_guard lock(mutex_);
+        DevicePtr covered = ptr;
+        for (auto it = chunks_.upper_bound(ptr); covered < ptr + bytes;) {
+            if (it == chunks_.begin()) return false;
+            const auto chunk = std::prev(it);
+            if (chunk->first > covered || chunk->first + chunk->second.size <= covered) return false;
+            covered = chunk->first + chunk->second.size;
+            it = chunks_.upper_bound(covered);
+        }
+        return true;
+    }
+    void set_granularity(std::size_t bytes) {
+        std::lock_guard lock(mutex_);
+        granularity_ = bytes;
+    }
+    void set_address_space(std::size_t bytes) {
+        std::lock_guard lock(mutex_);
+        address_space_left_ = bytes;
+    }
+    // After `successes` more map calls succeed (capacity permitting), the next one fails as out of memory.
+    void fail_a_map_after(int successes) {
+        std::lock_guard lock(mutex_);
+        fail_after_ = successes;
+    }
 
     static std::uint64_t id_of(alloc::EventHandle event) noexcept {
         return reinterpret_cast<std::uintptr_t>(event);
@@ -214,6 +341,12 @@ class FakeDevice {
         return events;
     }
     static constexpr std::size_t round_up(std::size_t v, std::size_t m) { return (v + m - 1) / m * m; }
+    bool inside_a_range(DevicePtr ptr, std::size_t bytes) const {
+        auto it = ranges_.upper_bound(ptr);
+        if (it == ranges_.begin()) return false;
+        --it;
+        return ptr - it->first < it->second && bytes <= it->second - (ptr - it->first);
+    }
 
     alloc::EventHandle new_event(alloc::StreamKey stream, bool by_allocator) {
         events_.push_back(Event{stream, false, false, by_allocator});
@@ -234,6 +367,17 @@ class FakeDevice {
     std::size_t used_ = 0;
     DevicePtr next_address_ = DevicePtr{0x7f0000000000};
     std::map<DevicePtr, std::size_t> segments_;
+    std::map<DevicePtr, std::size_t> ranges_;
+    struct Chunk {
+        std::size_t size = 0;
+        std::uint64_t epoch = 0;  // synchronizes before it was mapped
+    };
+    std::map<DevicePtr, Chunk> chunks_;
+    std::set<DevicePtr> fresh_;  // mapped and not handed out since
+    std::uint64_t epoch_ = 0;
+    std::size_t granularity_ = 2 * kMiB;
+    std::size_t address_space_left_ = std::size_t{1} << 46;
+    int fail_after_ = -1;  // map calls until one fails (-1: none)
     std::vector<Event> events_;
     std::set<alloc::StreamKey> capturing_;
     std::vector<FakeCall> log_;
@@ -258,6 +402,16 @@ class FakeBackend final : public alloc::AllocatorBackend {
     bool stream_capturing(alloc::StreamKey stream) override { return device_->capturing(stream); }
     std::pair<std::size_t, std::size_t> memory_info() override { return device_->memory_info(); }
     int device_ordinal() const noexcept override { return 0; }
+    std::size_t mapping_granularity() override { return device_->granularity(); }
+    std::optional<DevicePtr> reserve_address_range(std::size_t bytes, std::size_t alignment) override {
+        return device_->reserve_range(bytes, alignment);
+    }
+    void free_address_range(DevicePtr ptr, std::size_t bytes) override { device_->free_range(ptr, bytes); }
+    bool map_chunks(DevicePtr ptr, std::size_t bytes, std::size_t chunk) override {
+        return device_->map(ptr, bytes, chunk);
+    }
+    void unmap_chunk(DevicePtr ptr, std::size_t chunk) override { device_->unmap(ptr, chunk); }
+    void synchronize_device() override { device_->synchronize_device(); }
 
   private:
     std::shared_ptr<FakeDevice> device_;

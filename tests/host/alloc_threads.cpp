@@ -114,8 +114,14 @@ TEST_CASE("alloc.thread_safety") {
     constexpr int kOpsPerThread = 20000;
     constexpr StreamKey kStreams = 4;
 
+    // Over fixed segments and over expandable ones (Note [Expandable segments]).
+    cudarc::alloc::Segments segments = cudarc::alloc::Segments::fixed;
+    SUBCASE("fixed segments") {}
+    SUBCASE("expandable segments") {
+        segments = cudarc::alloc::Segments::expandable;
+    }
     // Small enough that out-of-memory escalation (cache free, event waits) happens now and then.
-    AllocatorOnFakeDevice f(160 * kMiB);
+    AllocatorOnFakeDevice f(160 * kMiB, {}, segments);
     UsageRegistry registry(*f.device);
     std::atomic<std::uint64_t> out_of_memory{0};
     std::atomic<bool> stop_observer{false};
@@ -230,6 +236,8 @@ TEST_CASE("alloc.thread_safety") {
     CHECK(stats.live_allocations == 0);
     CHECK(stats.reserved_bytes == 0);
     CHECK(f.device->live_segments() == 0);
+    CHECK(f.device->mapped_bytes() == 0);
+    CHECK(f.device->live_ranges() == 0);
     CHECK(f.device->unreleased_events() == 0);
     CHECK(cudarc::test::snapshot_problem(f.allocator) == "");
 }

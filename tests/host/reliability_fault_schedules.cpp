@@ -306,7 +306,12 @@ Outcome run_schedule(std::uint64_t seed, const std::vector<Injection>& injection
     FakeGpu gpu(options);
     gpu.driver.define_kernel("touch", {8, 8});
     {
-        auto device = Device::open(0);
+        // Odd seeds run on expandable segments (their virtual memory calls fail too), even ones on the
+        // caching allocator.
+        DeviceOptions device_options;
+        device_options.memory_source =
+            seed % 2 == 1 ? MemorySource::expandable : MemorySource::caching_allocator;
+        auto device = Device::open(0, device_options);
         auto peer = Device::open(1);
         const auto before = gpu.faults.call_counts();
         for (const Injection& injection : injections) {
@@ -499,6 +504,8 @@ TEST_CASE("reliability.random_failure_schedules") {
         CHECK(live.graphs <= refused.graphs);
         CHECK(live.device_allocations <= refused.device_allocations);
         CHECK(live.pool_chunks == 0);
+        CHECK(live.address_ranges == 0);  // expandable segments give everything back at teardown
+        CHECK(live.physical_allocations == 0);
         CHECK(live.retained_primary_contexts == 0);
     }
     MESSAGE(schedules << " schedules (" << sticky_runs << " with a sticky error): " << fired_total

@@ -1,24 +1,29 @@
-// cudarc-bench alloc: the caching allocator's alloc+free pair against the driver's stream-ordered pool
-// (cuMemAllocAsync/cuMemFreeAsync, release threshold raised) and cuMemAlloc/cuMemFree at 512 B, 64 KiB,
-// 1 MiB and 64 MiB; then a training-like replay whose peak reserved / peak allocated shows what caching
-// and fragmentation cost. Host time per pair, median of rounds after warm-up; the rounds of the variants
-// alternate, so drift (clocks, other processes) hits them alike.
+// cudarc-bench alloc: alloc+free pairs at 512 B, 64 KiB, 1 MiB and 64 MiB (DeviceSlice, the caching
+// allocator alone, each memory source through the interface DeviceSlice uses, the driver's stream-ordered
+// pool and cuMemAlloc/cuMemFree); then a training-like and a variable-shape replay (testing/cudarc_testing/
+// alloc/replays.hpp) on each source, whose peak reserved / peak allocated shows what caching and
+// fragmentation cost. Every source runs every case in the same run. Host time per pair, median of rounds
+// after warm-up; the rounds of the variants alternate, so drift (clocks, other processes) hits them alike.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <functional>
-#include <iterator>
 #include <limits>
-#include <random>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "alloc/caching_source.hpp"
 #include "bench.hpp"
 #include "core/device_state.hpp"
+#include "core/stream_ordered_source.hpp"
 #include "cudarc/cudarc.hpp"
+#include "cudarc_testing/alloc/replays.hpp"
 
 namespace cudarc::bench {
 namespace {
@@ -88,143 +93,96 @@ sys::MemoryPool default_pool_keeping_memory(const detail::DeviceState& state) {
     return pool;
 }
 
-// A training-like sequence of allocations: long-lived weights, gradients and optimizer state; per step,
-// activations of a size that changes with the batch's sequence length, saved in the forward pass and freed
-// in reverse order in the backward pass, with short-lived temporaries throughout. Only allocation is
-// replayed (no kernels): what is measured is how much memory the allocator holds for what is in use.
-struct ReplayShape {
-    int layers = 12;
-    std::size_t hidden = 1024;
-    std::size_t heads = 16;
-    std::size_t batch = 8;
-    std::size_t vocabulary = 8192;
+std::uint64_t device_stats_driver(const Device& device) {
+    return device.allocator_stats().driver_allocations;
+}
+
+// The memory sources compared in one run, each made afresh on the device beside the device's own source:
+// the bench drives them through detail::MemorySource, as DeviceSlice does.
+struct Source {
+    MemorySource kind;
+    std::unique_ptr<detail::MemorySource> source;
 };
 
+std::unique_ptr<detail::MemorySource> make_source(detail::DeviceState& state, MemorySource kind) {
+    switch (kind) {
+        case MemorySource::caching_allocator:
+            return detail::make_caching_source(state, {});
+        case MemorySource::expandable:
+            return detail::make_expandable_source(state, {});
+        case MemorySource::stream_ordered:
+            return detail::make_stream_ordered_source(state);
+    }
+    throw Error("cudarc-bench alloc: unknown memory source");
+}
+
+// One replay of a trace on one source, from an empty cache: the figures at the end (peaks included), and the
+// host time per step.
 struct ReplayResult {
-    AllocatorStats stats;                   // at the end, before anything is freed
-    std::uint64_t allocations = 0;          // requests made
-    std::uint64_t driver_after_warmup = 0;  // segments taken after the first two steps
+    AllocatorStats stats;
+    std::uint64_t driver_after_warmup = 0;  // driver allocations after the first two steps
     double ms_per_step = 0.0;
 };
 
-ReplayResult replay(const Device& device, Stream& stream, const ReplayShape& shape, int steps,
-                    std::uint64_t seed) {
-    using Slice = DeviceSlice<std::uint8_t>;
-    std::mt19937_64 rng(seed);
+ReplayResult replay(detail::MemorySource& source, detail::StreamState& stream,
+                    const testing::AllocationTrace& trace) {
+    std::vector<detail::MemoryBlock> blocks(trace.slots);
+    std::vector<std::size_t> sizes(trace.slots, 0);
     ReplayResult result;
-    auto allocate = [&](std::size_t bytes) {
-        ++result.allocations;
-        return Slice::uninitialized(stream, bytes);
-    };
-    auto temporary = [&](std::size_t bytes) { (void)allocate(bytes); };  // allocated and freed at once
-
-    const std::size_t h = shape.hidden;
-    constexpr std::size_t kHalf = 2;   // bf16 parameters and activations
-    constexpr std::size_t kFloat = 4;  // fp32 optimizer state and statistics
-    // Per layer: fused qkv, output projection, MLP up and down, two layer norms (weight and bias), biases.
-    const std::vector<std::size_t> layer_weights = {
-        3 * h * h * kHalf, h * h * kHalf, 4 * h * h * kHalf, 4 * h * h * kHalf, h * kHalf,
-        h * kHalf,         h * kHalf,     h * kHalf,         3 * h * kHalf,     4 * h * kHalf};
-    std::vector<std::size_t> weight_sizes = {shape.vocabulary * h * kHalf};  // embedding (tied output)
-    for (int l = 0; l < shape.layers; ++l)
-        weight_sizes.insert(weight_sizes.end(), layer_weights.begin(), layer_weights.end());
-
-    std::vector<Slice> weights;
-    for (std::size_t bytes : weight_sizes) weights.push_back(allocate(bytes));
-    std::vector<Slice> grads;            // made in the first backward pass, kept (like .grad)
-    std::vector<Slice> optimizer_state;  // made at the first optimizer step: two fp32 moments per weight
-
-    const std::size_t sequence_lengths[] = {512, 640, 768, 896, 1024};
-    std::uniform_int_distribution<std::size_t> workspace(64 * kKiB, 8 * kMiB);
-    std::uniform_int_distribution<std::size_t> small(512, 64 * kKiB);
+    int step = 0;
     std::uint64_t driver_before = 0;
     const auto start = std::chrono::steady_clock::now();
-    for (int step = 0; step < steps; ++step) {
-        if (step == 2) driver_before = device.allocator_stats().driver_allocations;
-        const std::size_t tokens = shape.batch * sequence_lengths[rng() % std::size(sequence_lengths)];
-        std::vector<Slice> saved;                       // activations kept for the backward pass, in order
-        saved.push_back(allocate(tokens * h * kHalf));  // embedding output
-        for (int l = 0; l < shape.layers; ++l) {
-            saved.push_back(allocate(tokens * h * kHalf));             // layer norm 1 output
-            saved.push_back(allocate(tokens * 3 * h * kHalf));         // qkv
-            temporary(tokens * h * kFloat);                            // attention accumulator
-            temporary(workspace(rng));                                 // library workspace
-            saved.push_back(allocate(tokens * shape.heads * kFloat));  // softmax statistics
-            saved.push_back(allocate(tokens * h * kHalf));             // attention output
-            saved.push_back(allocate(tokens * h * kHalf));             // layer norm 2 output
-            saved.push_back(allocate(tokens * 4 * h * kHalf));         // MLP up
-            saved.push_back(allocate(tokens * 4 * h * kHalf));         // activation function
-            temporary(small(rng));                                     // a reduction's partials
+    for (const testing::TraceOp& op : trace.ops) {
+        switch (op.kind) {
+            case testing::TraceOp::Kind::allocate:
+                blocks[op.id] = source.allocate(op.bytes, stream);
+                sizes[op.id] = op.bytes;
+                break;
+            case testing::TraceOp::Kind::free:
+                source.deallocate(blocks[op.id], sizes[op.id], stream, {});
+                sizes[op.id] = 0;
+                break;
+            case testing::TraceOp::Kind::step:
+                if (++step == 3) driver_before = source.stats().driver_allocations;
+                break;
         }
-        {
-            // Logits and the loss: large, short-lived.
-            Slice logits = allocate(tokens * shape.vocabulary * kHalf);
-            temporary(tokens * kFloat);
-            Slice logits_grad = allocate(tokens * shape.vocabulary * kHalf);
-        }
-        // Backward: per layer (last first) gradient temporaries, then that layer's activations are freed in
-        // reverse order of their allocation.
-        Slice upstream = allocate(tokens * h * kHalf);
-        const std::size_t per_layer = 7;
-        for (int l = shape.layers - 1; l >= 0; --l) {
-            Slice d_mlp = allocate(tokens * 4 * h * kHalf);
-            temporary(workspace(rng));
-            Slice d_attention = allocate(tokens * 3 * h * kHalf);
-            temporary(small(rng));
-            d_mlp = Slice{};
-            d_attention = Slice{};
-            for (std::size_t i = 0; i < per_layer; ++i) saved.pop_back();
-            Slice next = allocate(tokens * h * kHalf);
-            upstream = std::move(next);
-        }
-        upstream = Slice{};
-        saved.pop_back();  // the embedding output
-        if (grads.empty()) {
-            for (std::size_t bytes : weight_sizes) grads.push_back(allocate(bytes));
-        }
-        // Optimizer step: the state appears at the first step; a small temporary per tensor (a norm).
-        if (optimizer_state.empty()) {
-            for (std::size_t bytes : weight_sizes) {
-                optimizer_state.push_back(allocate(bytes / kHalf * kFloat));
-                optimizer_state.push_back(allocate(bytes / kHalf * kFloat));
-            }
-        }
-        for (std::size_t i = 0; i < weight_sizes.size(); ++i) temporary(512);
     }
     const auto stop = std::chrono::steady_clock::now();
-    result.stats = device.allocator_stats();
-    result.driver_after_warmup = steps > 2 ? result.stats.driver_allocations - driver_before : 0;
-    result.ms_per_step = std::chrono::duration<double, std::milli>(stop - start).count() / std::max(steps, 1);
+    result.stats = source.stats();
+    result.driver_after_warmup = step > 2 ? result.stats.driver_allocations - driver_before : 0;
+    result.ms_per_step = std::chrono::duration<double, std::milli>(stop - start).count() / std::max(step, 1);
+    for (std::uint32_t id = 0; id < trace.slots; ++id) {
+        if (sizes[id] != 0) source.deallocate(blocks[id], sizes[id], stream, {});
+    }
     return result;
 }
 
 struct AllocArgs : CommonArgs {
     int steps = 20;
+    int decode_steps = 400;
     int seed = 1;
-    int layers = ReplayShape{}.layers;
-    int hidden = static_cast<int>(ReplayShape{}.hidden);
+    int layers = testing::ModelShape{}.layers;
+    int hidden = static_cast<int>(testing::ModelShape{}.hidden);
+    std::vector<std::string> sources = {"caching_allocator", "expandable", "stream_ordered"};
+    std::string snapshots;  // a folder for the variable-shape replay's snapshots, one per source
 };
 
 int run_alloc(const AllocArgs& args) {
     const int warmups = args.warmups;
     const int rounds = args.rounds;
-    const int steps = args.steps;
     const auto seed = static_cast<std::uint64_t>(args.seed);
     auto device = Device::open(args.device);
-    if (device.memory_source() != MemorySource::caching_allocator) {
-        throw Error("cudarc-bench alloc: the device does not use the caching allocator");
-    }
     detail::DeviceState& state = *cudarc::detail::Internals::device_state(device);
     const sys::DriverApi& api = state.api();
-    auto* caching = dynamic_cast<alloc::CachingSource*>(&state.memory());
-    if (caching == nullptr)
-        throw Error("cudarc-bench alloc: the device's memory source is not the caching allocator");
-    alloc::CachingAllocator& allocator = caching->allocator();
     JsonLines json(args, device, "alloc");
-    print_header(json.context(), fmt::format("median of {} rounds after {} warm-up rounds", rounds, warmups));
+    print_header(json.context(),
+                 fmt::format("median of {} rounds after {} warm-up rounds; DeviceSlice from the "
+                             "device's {} source",
+                             rounds, warmups, to_string(device.memory_source())));
 
     auto stream = device.create_stream();
-    const auto key = reinterpret_cast<alloc::StreamKey>(stream.native());
+    detail::StreamState& stream_state = detail::Internals::stream_state(stream);
+    const auto key = stream_state.key();
     const sys::MemoryPool pool = default_pool_keeping_memory(state);
     auto sync = [&] { stream.synchronize(); };
     auto report = [&](const std::string& name, std::size_t bytes, double value, const char* unit,
@@ -232,22 +190,86 @@ int run_alloc(const AllocArgs& args) {
         print_row(name, value, unit, note);
         json.write({{"case", name}, {"size_bytes", bytes}, {"value", value}, {"unit", unit}});
     };
+    // A row of one memory source: "source", "case" and "reserved_over_allocated" (issue 30), with more.
+    auto report_source = [&](MemorySource kind, const std::string& name, std::size_t bytes, double value,
+                             const char* unit, double reserved_over_allocated, const std::string& note,
+                             nlohmann::ordered_json more = nlohmann::ordered_json::object()) {
+        print_row(fmt::format("{}: {}", name, to_string(kind)), value, unit, note);
+        nlohmann::ordered_json row = {
+            {"case", name},        {"source", std::string(to_string(kind))},
+            {"size_bytes", bytes}, {"value", value},
+            {"unit", unit},        {"reserved_over_allocated", reserved_over_allocated}};
+        for (auto& [field, item] : more.items()) row[field] = item;
+        json.write(std::move(row));
+    };
 
-    // 1. Alloc + free pairs.
+    // The sources compared, in the order asked for.
+    std::vector<Source> sources;
+    for (const std::string& name : args.sources) {
+        for (const MemorySource kind :
+             {MemorySource::caching_allocator, MemorySource::expandable, MemorySource::stream_ordered}) {
+            if (name != to_string(kind)) continue;
+            try {
+                sources.push_back({kind, make_source(state, kind)});
+            } catch (const Error& e) {
+                fmt::print("  ({} not measured: {})\n", name, e.what());
+            }
+        }
+    }
+    const auto source_of = [&](MemorySource kind) -> detail::MemorySource* {
+        for (Source& s : sources) {
+            if (s.kind == kind) return s.source.get();
+        }
+        return nullptr;
+    };
+    const auto reserved_over_allocated = [](const AllocatorStats& s) {
+        return s.peak_allocated_bytes == 0
+                   ? std::numeric_limits<double>::quiet_NaN()
+                   : static_cast<double>(s.peak_reserved_bytes) / static_cast<double>(s.peak_allocated_bytes);
+    };
+    const auto reset = [&](detail::MemorySource& source) {
+        stream.synchronize();
+        source.empty_cache();
+        source.reset_peak();
+    };
+
+    // 1. Alloc + free pairs: the device's DeviceSlice, the caching allocator alone, each source through the
+    // interface DeviceSlice uses, and the raw driver calls.
     fmt::print("\nalloc + free pair, host time (us)\n");
     for (const std::size_t bytes : {std::size_t{512}, 64 * kKiB, 1 * kMiB, 64 * kMiB}) {
         const std::string size = size_name(bytes);
-        // Warm the cache, so that the timed rounds measure reuse; then count driver calls during them.
+        // Warm every cache, so that the timed rounds measure reuse; then count driver calls during them.
         { auto warm = DeviceSlice<std::uint8_t>::uninitialized(stream, bytes); }
-        const std::uint64_t driver_before = device.counters().driver_allocations;
+        for (Source& s : sources) {
+            reset(*s.source);
+            s.source->deallocate(s.source->allocate(bytes, stream_state), bytes, stream_state, {});
+        }
+        const std::uint64_t device_before = device_stats_driver(device);
+        std::vector<AllocatorStats> stats_before;
+        for (Source& s : sources) stats_before.push_back(s.source->stats());
 
         std::vector<Variant> variants;
         variants.push_back(make_variant(
             "DeviceSlice<u8>::uninitialized + destroy", 20000,
             [&] { auto slice = DeviceSlice<std::uint8_t>::uninitialized(stream, bytes); }, sync));
-        variants.push_back(make_variant(
-            "CachingAllocator::allocate + free", 20000,
-            [&] { allocator.free(allocator.allocate(bytes, key)); }, sync));
+        auto* caching = dynamic_cast<alloc::CachingSource*>(source_of(MemorySource::caching_allocator));
+        if (caching != nullptr) {
+            alloc::CachingAllocator& allocator = caching->allocator();
+            variants.push_back(make_variant(
+                "CachingAllocator::allocate + free", 20000,
+                [&allocator, bytes, key] { allocator.free(allocator.allocate(bytes, key)); }, sync));
+        }
+        const std::size_t first_source = variants.size();
+        for (Source& s : sources) {
+            detail::MemorySource* source = s.source.get();
+            variants.push_back(make_variant(
+                fmt::format("{} allocate + deallocate", to_string(s.kind)),
+                s.kind == MemorySource::stream_ordered ? 5000 : 20000,
+                [source, bytes, &stream_state] {
+                    source->deallocate(source->allocate(bytes, stream_state), bytes, stream_state, {});
+                },
+                sync));
+        }
         if (pool != nullptr) {
             variants.push_back(make_variant(
                 "cuMemAllocAsync + cuMemFreeAsync", 5000,
@@ -258,6 +280,7 @@ int run_alloc(const AllocArgs& args) {
                 },
                 sync));
         }
+        const std::size_t async_variant = pool != nullptr ? variants.size() - 1 : 0;
         // Note: cuMemAlloc/cuMemFree take tens of microseconds to milliseconds; fewer calls per round.
         variants.push_back(make_variant("cuMemAlloc + cuMemFree", bytes >= 64 * kMiB ? 10 : 50, [&] {
             DevicePtr p = 0;
@@ -265,70 +288,182 @@ int run_alloc(const AllocArgs& args) {
             state.check(api.mem_free(p), sys::Entry::mem_free);
         }));
         time_interleaved(variants, warmups, rounds);
-        const std::uint64_t cached_driver_calls = device.counters().driver_allocations - driver_before;
 
         const double slice = median(variants[0].us);
-        const double raw = median(variants[1].us);
-        for (const Variant& v : variants) {
-            std::string note;
-            if (&v == &variants[0] || &v == &variants[1]) {
-                note = fmt::format("p90 {:.3f}; target <= 0.15 us", percentile(v.us, 0.9));
+        for (std::size_t i = 0; i < variants.size(); ++i) {
+            const Variant& v = variants[i];
+            if (i >= first_source && i < first_source + sources.size()) {
+                const Source& s = sources[i - first_source];
+                const AllocatorStats stats = s.source->stats();
+                report_source(
+                    s.kind, fmt::format("alloc+free {}", size), bytes, median(v.us), "us",
+                    reserved_over_allocated(stats), fmt::format("p90 {:.3f}", percentile(v.us, 0.9)),
+                    {{"driver_allocations_in_rounds",
+                      s.kind == MemorySource::stream_ordered
+                          ? nlohmann::ordered_json(nullptr)
+                          : nlohmann::ordered_json(stats.driver_allocations -
+                                                   stats_before[i - first_source].driver_allocations)}});
+                continue;
             }
+            std::string note;
+            if (i < first_source) note = fmt::format("p90 {:.3f}; target <= 0.15 us", percentile(v.us, 0.9));
             report(fmt::format("{} {}", v.name, size), bytes, median(v.us), "us", note);
         }
         if (pool != nullptr) {
-            const double async = median(variants[2].us);
+            const double async = median(variants[async_variant].us);
             report(fmt::format("stream-ordered pool / DeviceSlice {}", size), bytes, async / slice, "x",
                    "target >= 4x");
-            report(fmt::format("stream-ordered pool / CachingAllocator {}", size), bytes, async / raw, "x",
-                   "");
+            if (caching != nullptr) {
+                report(fmt::format("stream-ordered pool / CachingAllocator {}", size), bytes,
+                       async / median(variants[1].us), "x", "");
+            }
+        }
+        // Issue 30's target: expandable within 1.1x of the caching source, both through the same interface.
+        const auto source_median = [&](MemorySource kind) -> std::optional<double> {
+            for (std::size_t j = 0; j < sources.size(); ++j) {
+                if (sources[j].kind == kind) return median(variants[first_source + j].us);
+            }
+            return std::nullopt;
+        };
+        if (const auto e = source_median(MemorySource::expandable),
+            c = source_median(MemorySource::caching_allocator);
+            e && c) {
+            report(fmt::format("expandable / caching_allocator alloc+free {}", size), bytes, *e / *c, "x",
+                   "target <= 1.1");
         }
         report(fmt::format("cuMemAlloc+Free / DeviceSlice {}", size), bytes,
                median(variants.back().us) / slice, "x", "");
-        report(fmt::format("driver allocations by the cache in timed rounds {}", size), bytes,
-               static_cast<double>(cached_driver_calls), "", "expect 0");
+        // The caches' own count (the stream-ordered source counts every allocation as the driver's).
+        std::uint64_t cache_driver_calls = device.memory_source() == MemorySource::stream_ordered
+                                               ? 0
+                                               : device_stats_driver(device) - device_before;
+        for (std::size_t j = 0; j < sources.size(); ++j) {
+            if (sources[j].kind == MemorySource::stream_ordered) continue;
+            cache_driver_calls +=
+                sources[j].source->stats().driver_allocations - stats_before[j].driver_allocations;
+        }
+        report(fmt::format("driver allocations by the caches in timed rounds {}", size), bytes,
+               static_cast<double>(cache_driver_calls), "", "expect 0");
     }
     if (pool == nullptr)
         fmt::print("  (no stream-ordered pool on this device: cuMemAllocAsync not measured)\n");
 
-    // 2. Training-like replay, from an empty cache.
-    ReplayShape shape;
+    // 2. The replays, each from an empty cache on every source in turn.
+    testing::ModelShape shape;
     shape.layers = args.layers;
     shape.hidden = static_cast<std::size_t>(args.hidden);
+    struct Case {
+        std::string name;
+        testing::AllocationTrace trace;
+        const char* target;  // for the expandable source
+    };
+    const Case cases[] = {
+        {"training-like replay", testing::training_trace(shape, args.steps, seed),
+         "target <= 1.05 (expandable)"},
+        {"variable-shape replay", testing::decode_trace(shape, args.decode_steps, seed),
+         "target <= 1.10 (expandable)"},
+    };
+    for (const Case& c : cases) {
+        fmt::print("\n{}: {} layers, hidden {}, {} steps, seed {}; {} requests, peak requested {:.0f} MiB\n",
+                   c.name, shape.layers, shape.hidden, c.trace.steps, seed, c.trace.allocations,
+                   static_cast<double>(c.trace.peak_requested) / static_cast<double>(kMiB));
+        for (Source& s : sources) {
+            reset(*s.source);
+            const AllocatorStats before = s.source->stats();
+            const ReplayResult r = replay(*s.source, stream_state, c.trace);
+            stream.synchronize();
+            s.source->empty_cache();  // each source replays with the device to itself
+            const bool counts_segments = s.kind != MemorySource::stream_ordered;
+            const double ratio = reserved_over_allocated(r.stats);
+            report_source(
+                s.kind, c.name, 0, ratio, "x", ratio, c.target,
+                {{"peak_allocated_bytes", r.stats.peak_allocated_bytes},
+                 {"peak_reserved_bytes", r.stats.peak_reserved_bytes},
+                 {"peak_requested_bytes", c.trace.peak_requested},
+                 {"reserved_over_requested", static_cast<double>(r.stats.peak_reserved_bytes) /
+                                                 static_cast<double>(c.trace.peak_requested)},
+                 {"requests", c.trace.allocations},
+                 {"steps", c.trace.steps},
+                 {"driver_allocations", counts_segments ? nlohmann::ordered_json(r.stats.driver_allocations -
+                                                                                 before.driver_allocations)
+                                                        : nlohmann::ordered_json(nullptr)},
+                 {"driver_allocations_after_step_2", counts_segments
+                                                         ? nlohmann::ordered_json(r.driver_after_warmup)
+                                                         : nlohmann::ordered_json(nullptr)},
+                 {"ms_per_step", r.ms_per_step}});
+            const std::string driver =
+                counts_segments ? fmt::format("{} {} from the driver ({} after step 2)",
+                                              r.stats.driver_allocations - before.driver_allocations,
+                                              s.kind == MemorySource::expandable ? "chunks" : "segments",
+                                              r.driver_after_warmup)
+                                : std::string("the driver's pool counts no segments");
+            fmt::print(
+                "    peak allocated {:.0f} MiB, peak reserved {:.0f} MiB, {}; {:.3f} ms per step (allocation "
+                "only)\n",
+                static_cast<double>(r.stats.peak_allocated_bytes) / static_cast<double>(kMiB),
+                static_cast<double>(r.stats.peak_reserved_bytes) / static_cast<double>(kMiB), driver,
+                r.ms_per_step);
+        }
+    }
+
+    // 3. Snapshots of the variable-shape replay, for tools/plot-memory: a run of its own with recording on
+    // (recording costs time, which the runs above did not pay).
+    if (!args.snapshots.empty()) {
+        std::filesystem::create_directories(args.snapshots);
+        const testing::AllocationTrace& trace = cases[1].trace;
+        for (Source& s : sources) {
+            reset(*s.source);
+            s.source->record_history(4 * trace.ops.size() + 1024);
+            std::vector<detail::MemoryBlock> blocks(trace.slots);
+            std::vector<std::size_t> sizes(trace.slots, 0);
+            for (const testing::TraceOp& op : trace.ops) {
+                if (op.kind == testing::TraceOp::Kind::allocate) {
+                    blocks[op.id] = s.source->allocate(op.bytes, stream_state);
+                    sizes[op.id] = op.bytes;
+                } else if (op.kind == testing::TraceOp::Kind::free) {
+                    s.source->deallocate(blocks[op.id], sizes[op.id], stream_state, {});
+                    sizes[op.id] = 0;
+                }
+            }
+            const std::string path =
+                (std::filesystem::path(args.snapshots) / fmt::format("variable-{}.json", to_string(s.kind)))
+                    .string();
+            std::ofstream out(path);
+            out << to_json(s.source->snapshot());
+            if (!out) throw Error(fmt::format("cudarc-bench alloc: cannot write {}", path));
+            fmt::print("  snapshot of the variable-shape replay on {}: {}\n", to_string(s.kind), path);
+            s.source->record_history(0);
+            for (std::uint32_t id = 0; id < trace.slots; ++id) {
+                if (sizes[id] != 0) s.source->deallocate(blocks[id], sizes[id], stream_state, {});
+            }
+            stream.synchronize();
+            s.source->empty_cache();
+        }
+    }
     stream.synchronize();
-    device.empty_cache();
-    device.reset_peak_memory();
-    const AllocatorStats before = device.allocator_stats();
-    const ReplayResult r = replay(device, stream, shape, steps, seed);
-    const double peak_allocated = static_cast<double>(r.stats.peak_allocated_bytes - before.allocated_bytes);
-    const double peak_reserved = static_cast<double>(r.stats.peak_reserved_bytes - before.reserved_bytes);
-    const std::uint64_t requests =
-        r.stats.cache_hits + r.stats.driver_allocations - (before.cache_hits + before.driver_allocations);
-    fmt::print("\ntraining-like replay: {} layers, hidden {}, {} steps, seed {}\n", shape.layers,
-               shape.hidden, steps, seed);
-    report("replay: peak reserved / peak allocated", 0, peak_reserved / peak_allocated, "x", "target <= 1.3");
-    report("replay: peak allocated", 0, peak_allocated / static_cast<double>(kMiB), "MiB", "");
-    report("replay: peak reserved", 0, peak_reserved / static_cast<double>(kMiB), "MiB", "");
-    report("replay: requests", 0, static_cast<double>(requests), "", "");
-    report("replay: segments from the driver", 0,
-           static_cast<double>(r.stats.driver_allocations - before.driver_allocations), "", "");
-    report("replay: segments from the driver after step 2", 0, static_cast<double>(r.driver_after_warmup), "",
-           "only sizes larger than any before need one");
-    report("replay: host time per step", 0, r.ms_per_step, "ms", "allocation only, no kernels");
-    stream.synchronize();
+    for (Source& s : sources) s.source->empty_cache();
+    sources.clear();
     device.empty_cache();
     return 0;
 }
 
 const Subcommand<AllocArgs> registration{
     "alloc",
-    "caching allocator alloc+free vs cuMemAllocAsync and cuMemAlloc; training-like replay's reserved / peak "
-    "allocated",
+    "alloc+free and the training-like and variable-shape replays' peak reserved / peak allocated, on the "
+    "caching, "
+    "expandable and stream-ordered sources",
     run_alloc, [](OptionSet& options, AllocArgs& args) {
         options.add("--steps", args.steps, "training steps replayed", Check::positive)
-            .add("--seed", args.seed, "the replay's random seed", Check::non_negative)
+            .add("--decode-steps", args.decode_steps, "decode steps of the variable-shape replay",
+                 Check::positive)
+            .add("--seed", args.seed, "the replays' random seed", Check::non_negative)
             .add("--layers", args.layers, "the replayed model's layers", Check::positive)
-            .add("--hidden", args.hidden, "the replayed model's hidden size", Check::positive);
+            .add("--hidden", args.hidden, "the replayed model's hidden size", Check::positive)
+            .add_list("--sources", args.sources, "the memory sources compared",
+                      {"caching_allocator", "expandable", "stream_ordered"})
+            .add("--snapshots", args.snapshots,
+                 "a folder for the variable-shape replay's allocator snapshots (JSON, one per source; "
+                 "tools/plot-memory draws them)");
     }};
 
 }  // namespace

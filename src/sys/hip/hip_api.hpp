@@ -19,6 +19,7 @@ using HipContext = void*;
 using HipMemPool = void*;
 using HipGraph = void*;
 using HipGraphExec = void*;
+using HipMemHandle = void*;  // hipMemGenericAllocationHandle_t
 
 inline constexpr HipError kHipSuccess = 0;
 inline constexpr HipError kHipErrorInvalidValue = 1;
@@ -101,6 +102,20 @@ struct HipEntryPoints {
     HipError (*memset_d8_async)(void* dst, unsigned char value, std::size_t count,
                                 HipStream stream) = nullptr;
     HipError (*memset_d32_async)(void* dst, int value, std::size_t count, HipStream stream) = nullptr;
+
+    // Virtual memory (hipMemAllocationProp and hipMemAccessDesc have CUDA's layout: sys::MemAllocationProp).
+    HipError (*mem_address_reserve)(void** ptr, std::size_t bytes, std::size_t alignment, void* hint,
+                                    unsigned long long flags) = nullptr;
+    HipError (*mem_address_free)(void* ptr, std::size_t bytes) = nullptr;
+    HipError (*mem_create)(HipMemHandle* handle, std::size_t bytes, const void* prop,
+                           unsigned long long flags) = nullptr;
+    HipError (*mem_release)(HipMemHandle handle) = nullptr;
+    HipError (*mem_map)(void* ptr, std::size_t bytes, std::size_t offset, HipMemHandle handle,
+                        unsigned long long flags) = nullptr;
+    HipError (*mem_unmap)(void* ptr, std::size_t bytes) = nullptr;
+    HipError (*mem_set_access)(void* ptr, std::size_t bytes, const void* desc, std::size_t count) = nullptr;
+    HipError (*mem_get_allocation_granularity)(std::size_t* granularity, const void* prop,
+                                               int option) = nullptr;
 
     HipError (*module_load_data)(HipModule* module, const void* image) = nullptr;
     HipError (*module_unload)(HipModule module) = nullptr;

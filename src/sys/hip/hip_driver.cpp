@@ -287,6 +287,45 @@ Result mem_pool_trim_to(MemoryPool pool, std::size_t min_bytes_to_keep) {
 Result mem_pool_get_attribute(MemoryPool pool, int attribute, void* value) {
     return hip_entry().mem_pool_get_attribute(native(pool), attribute, value);
 }
+// Virtual memory: device pointers and handles converted; the property and access structs have CUDA's
+// layout (sys::MemAllocationProp), and HIP numbers the enumerations in them as CUDA does.
+Result mem_address_reserve(DevicePtr* ptr, std::size_t bytes, std::size_t alignment, DevicePtr hint,
+                           unsigned long long flags) {
+    void* reserved = nullptr;
+    const Result result =
+        hip_entry().mem_address_reserve(&reserved, bytes, alignment, as_pointer(hint), flags);
+    if (result == kSuccess) *ptr = as_device_ptr(reserved);
+    return result;
+}
+Result mem_address_free(DevicePtr ptr, std::size_t bytes) {
+    return hip_entry().mem_address_free(as_pointer(ptr), bytes);
+}
+Result mem_create(MemHandle* handle, std::size_t bytes, const MemAllocationProp* prop,
+                  unsigned long long flags) {
+    hip::HipMemHandle created = nullptr;
+    const Result result = hip_entry().mem_create(&created, bytes, prop, flags);
+    if (result == kSuccess) *handle = static_cast<MemHandle>(reinterpret_cast<std::uintptr_t>(created));
+    return result;
+}
+hip::HipMemHandle native(MemHandle handle) noexcept {
+    return reinterpret_cast<hip::HipMemHandle>(static_cast<std::uintptr_t>(handle));
+}
+Result mem_release(MemHandle handle) {
+    return hip_entry().mem_release(native(handle));
+}
+Result mem_map(DevicePtr ptr, std::size_t bytes, std::size_t offset, MemHandle handle,
+               unsigned long long flags) {
+    return hip_entry().mem_map(as_pointer(ptr), bytes, offset, native(handle), flags);
+}
+Result mem_unmap(DevicePtr ptr, std::size_t bytes) {
+    return hip_entry().mem_unmap(as_pointer(ptr), bytes);
+}
+Result mem_set_access(DevicePtr ptr, std::size_t bytes, const MemAccessDesc* desc, std::size_t count) {
+    return hip_entry().mem_set_access(as_pointer(ptr), bytes, desc, count);
+}
+Result mem_get_allocation_granularity(std::size_t* granularity, const MemAllocationProp* prop, int option) {
+    return hip_entry().mem_get_allocation_granularity(granularity, prop, option);
+}
 // hipMemAttachGlobal has CUDA's value (1).
 Result mem_alloc_managed(DevicePtr* ptr, std::size_t bytes, unsigned flags) {
     void* allocated = nullptr;
@@ -497,6 +536,14 @@ HipEntryPoints resolve_entry_points(const DynamicLibrary& library, std::vector<s
     resolve(hip.memcpy_peer_async, "hipMemcpyPeerAsync", false);
     resolve(hip.memset_d8_async, "hipMemsetD8Async");
     resolve(hip.memset_d32_async, "hipMemsetD32Async");
+    resolve(hip.mem_address_reserve, "hipMemAddressReserve", false);
+    resolve(hip.mem_address_free, "hipMemAddressFree", false);
+    resolve(hip.mem_create, "hipMemCreate", false);
+    resolve(hip.mem_release, "hipMemRelease", false);
+    resolve(hip.mem_map, "hipMemMap", false);
+    resolve(hip.mem_unmap, "hipMemUnmap", false);
+    resolve(hip.mem_set_access, "hipMemSetAccess", false);
+    resolve(hip.mem_get_allocation_granularity, "hipMemGetAllocationGranularity", false);
     resolve(hip.module_load_data, "hipModuleLoadData");
     resolve(hip.module_unload, "hipModuleUnload");
     resolve(hip.module_get_function, "hipModuleGetFunction");
@@ -583,6 +630,15 @@ void fill_table(const HipEntryPoints& hip, DriverApi& api) {
     install(api.memcpy_peer_async, memcpy_peer_async, hip.memcpy_peer_async);
     api.memset_d8_async = memset_d8_async;
     api.memset_d32_async = memset_d32_async;
+    install(api.mem_address_reserve, mem_address_reserve, hip.mem_address_reserve);
+    install(api.mem_address_free, mem_address_free, hip.mem_address_free);
+    install(api.mem_create, mem_create, hip.mem_create);
+    install(api.mem_release, mem_release, hip.mem_release);
+    install(api.mem_map, mem_map, hip.mem_map);
+    install(api.mem_unmap, mem_unmap, hip.mem_unmap);
+    install(api.mem_set_access, mem_set_access, hip.mem_set_access);
+    install(api.mem_get_allocation_granularity, mem_get_allocation_granularity,
+            hip.mem_get_allocation_granularity);
     api.module_load_data = module_load_data;
     api.module_unload = module_unload;
     api.module_get_function = module_get_function;
