@@ -53,7 +53,7 @@ void HazardState::materialize_locked() {
     Timeline* owner = exclusive_.load(std::memory_order_relaxed);
     // The owner's uses are "its tracked work so far" (Note [Single-stream fast path]), or everything it
     // submitted for an owner that wrote unseen.
-    table_.reset(bytes_, Use{owner, owner_untracked_ ? kEverythingSoFar : kTrackedSoFar});  // may throw
+    table_.reset(bytes_, Use{owner, owner_untracked_ ? kOwnersWork : kTrackedSoFar});  // may throw
     owner_untracked_ = false;
     table_active_ = true;
     exclusive_.store(nullptr, std::memory_order_release);
@@ -87,7 +87,7 @@ bool HazardState::apply(Timeline& timeline, std::size_t offset, std::size_t byte
         // an owner whose work is "everything so far" (raw pointers): its later untracked work would be
         // missed by a "tracked work so far".
         Timeline* owner = table_.sole_owner();
-        if (owner != nullptr && table_.ranges().front().writers[0].position != kEverythingSoFar) {
+        if (owner != nullptr && !covers_untracked(table_.ranges().front().writers[0].position)) {
             table_active_ = false;
             owner_untracked_ = false;
             prune_keeps_locked(owner);
@@ -128,7 +128,7 @@ void HazardState::collect_all(const Timeline& self, Needs& needs) const {
     if (!table_active_) {
         Timeline* owner = exclusive_.load(std::memory_order_relaxed);
         if (owner != nullptr && owner != &self)
-            needs.raise(Use{owner, owner_untracked_ ? kEverythingSoFar : owner->position()});
+            needs.raise(Use{owner, owner_untracked_ ? kOwnersWork : owner->position()});
         return;
     }
     table_.for_each_use([&](const Use& use) {
@@ -159,7 +159,7 @@ std::vector<TimelineUse> HazardState::take_uses() {
         std::lock_guard lock(lock_);
         if (!table_active_) {
             if (Timeline* owner = exclusive_.load(std::memory_order_relaxed))
-                add(Use{owner, owner_untracked_ ? kEverythingSoFar : kTrackedSoFar});
+                add(Use{owner, owner_untracked_ ? kOwnersWork : kTrackedSoFar});
         } else {
             table_.for_each_use(add);
         }

@@ -80,10 +80,10 @@ class UseSet {
         return const_cast<UseSet*>(this)->find(timeline);
     }
     // A newer use of its timeline: replaces the older one (any event after the newer one covers the older),
-    // except an older kEverythingSoFar (untracked work), which no later position covers.
+    // except an older kEverythingSoFar or kOwnersWork (untracked work), which no later position covers.
     void set(Use use) {
         if (Use* existing = find(use.timeline)) {
-            if (existing->position != kEverythingSoFar) *existing = use;
+            if (!covers_untracked(existing->position)) *existing = use;
             return;
         }
         push(use);

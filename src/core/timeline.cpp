@@ -133,8 +133,8 @@ void Timeline::wait_for(Timeline& other, std::uint64_t position) {
             "earlier "
             "uses of the buffers its work touches; order other work before the capture begins");
     }
-    std::uint64_t p = position;
-    if (position != kEverythingSoFar) {
+    std::uint64_t p = kEverythingSoFar;
+    if (!covers_untracked(position)) {
         p = other.concrete(position);
         if (has_seen(other, p)) return;
     }

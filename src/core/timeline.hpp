@@ -43,10 +43,13 @@ class CaptureSession;
 //    position it needs over all its buffers (core/operation.hpp). A wait also teaches what the event's
 //    stream had seen when the event was recorded (SharedEvent::seen): if A waited for B at p, and B had
 //    waited for C at q before p, A has seen C up to q.
-//  - Two "so far" positions. kTrackedSoFar stands for every tracked operation of a stream so far (a
+//  - Three "so far" positions. kTrackedSoFar stands for every tracked operation of a stream so far (a
 //    buffer on the single-stream fast path names its owner so); it is made concrete (the position at that
 //    moment) when another stream first needs it. kEverythingSoFar stands for everything submitted to the
 //    stream, tracked or not (record_stream, prepare_indirect_access, joins): it always takes a fresh event.
+//    kOwnersWork is borrowed memory's owner's own work, which cudarc never sees: another stream's access
+//    waits for everything the owner submitted, as for kEverythingSoFar; a release (the owner's wait, the
+//    DLPack deleter) follows cudarc's uses only, so there it counts as the owner's tracked work.
 //  - Captures. During a graph capture a member stream's accesses go to a timeline of the capture's own
 //    (Note [Capture overlay]), whose events are recorded inside the capture (graph edges); the stream's own
 //    timeline does not move, and its last event before the capture (the pre-capture mark) covers it.
@@ -60,10 +63,17 @@ class CaptureSession;
 // While any is, the single-stream fast path is off, so that captured accesses are seen.
 extern std::atomic<unsigned> captures_underway;
 
-inline constexpr std::uint64_t kTrackedSoFar = ~std::uint64_t{0} - 1;
+// Note: ordered as they cover (any position < kTrackedSoFar < kOwnersWork < kEverythingSoFar), so that
+// the larger of two uses of one timeline covers both.
+inline constexpr std::uint64_t kTrackedSoFar = ~std::uint64_t{0} - 2;
+inline constexpr std::uint64_t kOwnersWork = ~std::uint64_t{0} - 1;
 inline constexpr std::uint64_t kEverythingSoFar = ~std::uint64_t{0};
 [[nodiscard]] constexpr bool is_so_far(std::uint64_t position) noexcept {
     return position >= kTrackedSoFar;
+}
+// Whether a wait for `position` must take a fresh event (the stream's untracked work is in it).
+[[nodiscard]] constexpr bool covers_untracked(std::uint64_t position) noexcept {
+    return position == kEverythingSoFar || position == kOwnersWork;
 }
 
 // How far a stream has waited for others: the highest position of each (by Timeline::id).
@@ -181,9 +191,10 @@ class Timeline {
         position_.store(next, std::memory_order_release);
         return next;
     }
-    // A concrete position for `position` (kTrackedSoFar becomes the position now).
+    // A concrete position for `position` for a free or a release (kTrackedSoFar and kOwnersWork become the
+    // position now; kEverythingSoFar stays).
     [[nodiscard]] std::uint64_t concrete(std::uint64_t position) const noexcept {
-        return position == kTrackedSoFar ? this->position() : position;
+        return position == kTrackedSoFar || position == kOwnersWork ? this->position() : position;
     }
 
     // An event that completes after the work at `position` (kTrackedSoFar: every tracked operation so

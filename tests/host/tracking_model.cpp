@@ -245,18 +245,20 @@ std::string AccessModel::access(const Work& work, const std::vector<Access>& acc
             }
         }
     }
+    Work stamped = work;
+    stamped.sequence = ++sequence_;
     for (const Access& a : accesses) {
         for (DevicePtr u = a.address / kUnit * kUnit; u < a.address + a.bytes; u += kUnit) {
             Unit& unit = units_[u];
             if (a.write) {
-                unit.writes = {work};
+                unit.writes = {stamped};
                 unit.reads.clear();
             } else {
                 // Note: every read since the write stays, even one the new read follows: each is a source a
                 // later write conflicts with (the bound on its waits counts them). A stream's own older read
                 // is the one exception: its new read stands for it.
                 std::erase_if(unit.reads, [&](const Work& r) { return r.stream == work.stream; });
-                unit.reads.push_back(work);
+                unit.reads.push_back(stamped);
             }
         }
     }
@@ -273,7 +275,8 @@ void AccessModel::reallocated(DevicePtr address, std::size_t bytes, const Work& 
     }
 }
 
-std::string AccessModel::complete(DevicePtr address, std::size_t bytes, const Clock& host) const {
+std::string AccessModel::complete(DevicePtr address, std::size_t bytes, const Clock& host, int owner,
+                                  std::uint64_t since) const {
     Work seen;
     seen.stream = kMaxStreams;  // no stream's own: only the clock counts
     seen.clock = host;
@@ -281,12 +284,12 @@ std::string AccessModel::complete(DevicePtr address, std::size_t bytes, const Cl
         const auto it = units_.find(u);
         if (it == units_.end()) continue;
         for (const Work& w : it->second.writes) {
-            if (!before(w, seen))
+            if (w.stream != owner && w.sequence > since && !before(w, seen))
                 return fmt::format("bytes at {:#x} released while stream {} may still write them", u,
                                    w.stream);
         }
         for (const Work& r : it->second.reads) {
-            if (!before(r, seen))
+            if (r.stream != owner && r.sequence > since && !before(r, seen))
                 return fmt::format("bytes at {:#x} released while stream {} may still read them", u,
                                    r.stream);
         }

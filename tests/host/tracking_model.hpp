@@ -35,6 +35,7 @@ struct Work {
     int stream = -1;
     std::uint32_t tick = 0;
     Clock clock{};
+    std::uint64_t sequence = 0;  // AccessModel: when it recorded the access
     [[nodiscard]] bool valid() const noexcept { return stream >= 0; }
 };
 
@@ -100,8 +101,12 @@ class AccessModel {
     // [address, address + bytes) was handed out again (allocated, or lent by its owner) on the stream of
     // `origin` (its last work then): whatever touches it next follows every earlier use, and `origin`.
     void reallocated(DevicePtr address, std::size_t bytes, const Work& origin);
-    // Whether every use of [address, address + bytes) is complete as far as the host knows.
-    [[nodiscard]] std::string complete(DevicePtr address, std::size_t bytes, const Clock& host) const;
+    // Whether every use of [address, address + bytes), other than stream `owner`'s, is complete as far as the
+    // host knows (borrowed memory goes back to its owner after cudarc's uses, not after the owner's own).
+    // Only the accesses recorded since `since` (a sequence()) count: those of this borrow.
+    [[nodiscard]] std::string complete(DevicePtr address, std::size_t bytes, const Clock& host, int owner,
+                                       std::uint64_t since) const;
+    [[nodiscard]] std::uint64_t sequence() const noexcept { return sequence_; }
     [[nodiscard]] std::size_t checks() const noexcept { return checks_; }
 
   private:
@@ -111,6 +116,7 @@ class AccessModel {
     };
     std::map<DevicePtr, Unit> units_;
     std::size_t checks_ = 0;
+    std::uint64_t sequence_ = 0;
 };
 
 }  // namespace cudarc::test::model

@@ -46,6 +46,8 @@ struct DlpackWatch {
     model::AccessModel* model = nullptr;
     DevicePtr address = 0;
     std::size_t bytes = 0;
+    int owner = -1;           // the framework's stream, whose own work the deleter need not follow
+    std::uint64_t since = 0;  // the model's sequence at the import: earlier uses were handed back already
     bool released = false;
     std::string problem;
 };
@@ -324,7 +326,14 @@ std::string run_program(std::uint64_t seed, std::size_t operations, std::size_t&
                         } else {
                             // Imported through DLPack; the deleter checks that cudarc's uses completed.
                             b.watch = std::make_unique<DlpackWatch>(
-                                DlpackWatch{&hb, &p.accesses, b.address, b.count * sizeof(int), false, {}});
+                                DlpackWatch{&hb,
+                                            &p.accesses,
+                                            b.address,
+                                            b.count * sizeof(int),
+                                            hb.last_work(framework->native()).stream,
+                                            p.accesses.sequence(),
+                                            false,
+                                            {}});
                             b.tensor = std::make_unique<dlpack::DLManagedTensor>();
                             b.shape[0] = static_cast<std::int64_t>(b.count);
                             b.tensor->dl_tensor.data =
@@ -338,7 +347,8 @@ std::string run_program(std::uint64_t seed, std::size_t operations, std::size_t&
                                 auto* watch = static_cast<DlpackWatch*>(self->manager_ctx);
                                 watch->released = true;
                                 watch->problem =
-                                    watch->model->complete(watch->address, watch->bytes, watch->hb->host());
+                                    watch->model->complete(watch->address, watch->bytes, watch->hb->host(),
+                                                           watch->owner, watch->since);
                             };
                             b.slice.emplace(from_dlpack<int>(device, b.tensor.get(), *framework));
                             p.accesses.reallocated(b.address, b.count * sizeof(int),
