@@ -1,18 +1,27 @@
 #include "cudarc_testing/optim/legacy_step.hpp"
 
 #include <cstdint>
+#include <memory>
+
+#include "core/device_state.hpp"
 
 namespace cudarc::testing {
 namespace {
 
-NativeStream legacy_stream() noexcept {
-    return reinterpret_cast<NativeStream>(std::uintptr_t{1});  // CU_STREAM_LEGACY
+// The legacy stream as a foreign stream, which Stream::wrap refuses to make (Note [No legacy stream]): the
+// baseline runs where the old launchers ran. Built from the library's internals (cudarc_testing links them).
+Stream wrap_legacy_stream(const Device& device) {
+    const auto& state = detail::Internals::device_state(device);
+    const auto legacy = reinterpret_cast<NativeStream>(std::uintptr_t{1});  // CU_STREAM_LEGACY
+    return detail::Internals::make_stream(
+        state, std::make_shared<detail::StreamState>(*state, legacy, detail::StreamOwnership::foreign, 0),
+        nullptr);
 }
 
 }  // namespace
 
 LegacyStepper::LegacyStepper(const Device& device)
-    : stream_(Stream::wrap(device, legacy_stream())), device_(stream_.device()) {}
+    : stream_(wrap_legacy_stream(device)), device_(stream_.device()) {}
 
 void LegacyStepper::step(optim::Optimizer& optimizer, optim::GroupId group, std::size_t index,
                          const optim::ParamTensor& tensor) {
