@@ -49,11 +49,15 @@ void HazardState::prune_keeps_locked(const Timeline* owner) noexcept {
                   [&](const Keep& k) { return owner == nullptr || k.stream.get() != &owner->stream(); });
 }
 
-void HazardState::materialize_locked() {
+void HazardState::materialize_locked(bool whole) {
     Timeline* owner = exclusive_.load(std::memory_order_relaxed);
     // The owner's uses are "its tracked work so far" (Note [Single-stream fast path]), or everything it
-    // submitted for an owner that wrote unseen.
-    table_.reset(bytes_, Use{owner, owner_untracked_ ? kOwnersWork : kTrackedSoFar});  // may throw
+    // submitted for an owner that wrote unseen. Made concrete at once for an access of the whole buffer:
+    // any access of the owner not yet counted would overlap it (Note [Single-stream fast path], thread
+    // safety).
+    const std::uint64_t position =
+        owner_untracked_ ? kOwnersWork : (whole && owner != nullptr ? owner->position() : kTrackedSoFar);
+    table_.reset(bytes_, Use{owner, position});  // may throw
     owner_untracked_ = false;
     table_active_ = true;
     exclusive_.store(nullptr, std::memory_order_release);
@@ -67,7 +71,12 @@ void HazardState::collect(Timeline& timeline, std::size_t offset, std::size_t by
     if (owner == &timeline) return;
     if (!table_active_) {
         if (owner == nullptr) return;  // untouched: nothing to wait for
-        materialize_locked();
+        if (offset == 0 && bytes == bytes_) {
+            // The whole buffer: the owner's work so far, with no table yet (apply builds it).
+            needs.raise(Use{owner, owner_untracked_ ? kOwnersWork : owner->position()});
+            return;
+        }
+        materialize_locked(false);
     }
     table_.collect(offset, offset + bytes, &timeline, access, [&](const Use& use) { needs.raise(use); });
 }
@@ -80,7 +89,7 @@ bool HazardState::apply(Timeline& timeline, std::size_t offset, std::size_t byte
     std::unique_lock lock(lock_);
     if (tracked && exclusive_.load(std::memory_order_relaxed) == &timeline) return false;
     try {
-        if (!table_active_) materialize_locked();
+        if (!table_active_) materialize_locked(offset == 0 && bytes == bytes_);
         keep_locked(timeline);
         table_.apply(offset, offset + bytes, Use{&timeline, position}, access);
         // Back to Note [Single-stream fast path] when `timeline` now owns the whole buffer. Note: not for
@@ -110,7 +119,7 @@ bool HazardState::apply(Timeline& timeline, std::size_t offset, std::size_t byte
 
 void HazardState::record_use(Timeline& timeline) {
     std::lock_guard lock(lock_);
-    if (!table_active_) materialize_locked();
+    if (!table_active_) materialize_locked(false);
     keep_locked(timeline);
     table_.add_reader_everywhere(Use{&timeline, kEverythingSoFar});
 }

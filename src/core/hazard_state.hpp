@@ -128,8 +128,9 @@ class HazardState {
     void detach_link() noexcept;
 
   private:
-    // The fast path's owner (or an untouched buffer) becomes a range table. Holds lock_.
-    void materialize_locked();
+    // The fast path's owner (or an untouched buffer) becomes a range table; `whole`: for an access of the
+    // whole buffer. Holds lock_.
+    void materialize_locked(bool whole);
     // Keeps `timeline`'s stream (and its device) alive while this state may name it. Holds lock_.
     void keep_locked(const Timeline& timeline);
     // Only `owner`'s stream stays kept. Holds lock_.

@@ -8,13 +8,21 @@ namespace cudarc::detail {
 
 void RangeTable::reset(std::size_t bytes, Use writer) {
     bytes_ = bytes;
-    ranges_.clear();
-    if (bytes == 0) return;
-    Range whole;
+    if (bytes == 0) {
+        ranges_.clear();
+        return;
+    }
+    // Note: the first range is reused (a buffer goes back and forth between the fast path and a table).
+    ranges_.resize(1);  // may throw (the first time): nothing is used before it succeeds
+    Range& whole = ranges_.front();
     whole.begin = 0;
     whole.end = bytes;
-    if (writer.timeline != nullptr) whole.writers.assign_one(writer);
-    ranges_.push_back(std::move(whole));
+    whole.readers.clear();
+    if (writer.timeline != nullptr) {
+        whole.writers.assign_one(writer);
+    } else {
+        whole.writers.clear();
+    }
 }
 
 std::size_t RangeTable::index_of(std::size_t pos) const noexcept {
@@ -37,6 +45,17 @@ std::size_t RangeTable::split_at(std::size_t pos) {
 
 void RangeTable::apply(std::size_t begin, std::size_t end, Use use, Access access) {
     if (begin >= end) return;
+    if (ranges_.size() == 1 && begin == 0 && end == bytes_) {
+        // The whole buffer in one range (every tensor of a step): no split, nothing to coalesce.
+        Range& r = ranges_.front();
+        if (access == Access::write) {
+            r.writers.assign_one(use);
+            r.readers.clear();
+        } else {
+            r.readers.set(use);
+        }
+        return;
+    }
     const std::size_t first = split_at(begin);
     const std::size_t last = split_at(end);  // one past the accessed ranges
     for (std::size_t i = first; i < last; ++i) {

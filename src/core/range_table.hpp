@@ -201,8 +201,10 @@ class RangeTable {
 template <typename Need>
 void RangeTable::collect(std::size_t begin, std::size_t end, const Timeline* self, Access access,
                          Need&& need) {
-    const std::size_t first = split_at(begin);
-    const std::size_t last = split_at(end);
+    // Note: the whole buffer in one range (every tensor of a step) needs no split.
+    const bool whole = ranges_.size() == 1 && begin == 0 && end == bytes_;
+    const std::size_t first = whole ? 0 : split_at(begin);
+    const std::size_t last = whole ? 1 : split_at(end);
     const auto visit = [&](Uses& uses) {
         for (std::size_t k = 0; k < uses.size(); ++k) {
             Use& use = uses[k];
