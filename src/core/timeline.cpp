@@ -174,9 +174,11 @@ void Timeline::order_before(Timeline& waiter, sys::Event scratch) {
     std::uint64_t joined = 0;
     bool retired_stream = false;
     {
-        // Note: under the lock, so that a foreign stream retired by another thread (its handle then
-        // possibly destroyed by its owner) is never recorded on.
-        std::lock_guard lock(mutex_);
+        // Note: under the lock for a foreign stream, so that one retired by another thread (its handle then
+        // possibly destroyed by its owner) is never recorded on; cudarc's own streams retire only with
+        // their device.
+        std::unique_lock<std::mutex> lock;
+        if (stream_.ownership() == StreamOwnership::foreign) lock = std::unique_lock(mutex_);
         retired_stream = retired();
         if (retired_stream) {
             final_event = final_;
