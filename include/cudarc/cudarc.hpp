@@ -19,3 +19,15 @@
 #include "cudarc/slice.hpp"
 #include "cudarc/stream.hpp"
 #include "cudarc/version.hpp"
+
+/// \namespace cudarc
+/// @brief cudarc's public API: devices, streams, events, device memory, copies, kernels (NVRTC and modules),
+/// launches and graphs, with hazards between streams tracked for you (docs/architecture.md).
+
+/// \namespace cudarc::nccl
+/// @brief Collectives over NCCL, loaded at run time: communicators, groups and the collective calls
+/// (docs/multi-gpu.md).
+
+/// \namespace cudarc::optim
+/// @brief Optimizers (SGD, Adam, AdamW, ...) that step parameter tensors with fused kernels
+/// (docs/optimizers.md).
