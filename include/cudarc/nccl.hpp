@@ -1,14 +1,16 @@
 /// @file
 /// cudarc::nccl — collectives and point-to-point transfers between GPUs through NCCL, on cudarc streams and
 /// hazard-tracked buffers. NCCL is loaded at run time (never linked): see docs/multi-gpu.md.
-//
-//     auto devices = ...;                                      // one Device per GPU
-//     auto comms = cudarc::nccl::Communicator::init_all(devices);
-//     {
-//         cudarc::nccl::Group group;                           // one thread drives every device
-//         for (std::size_t i = 0; i < comms.size(); ++i)
-//             comms[i].all_reduce(streams[i], grads[i], cudarc::nccl::ReduceOp::avg);   // in place
-//     }                                                        // enqueued here (ncclGroupEnd)
+///
+/// @code
+///     auto devices = ...;                                      // one Device per GPU
+///     auto comms = cudarc::nccl::Communicator::init_all(devices);
+///     {
+///         cudarc::nccl::Group group;                           // one thread drives every device
+///         for (std::size_t i = 0; i < comms.size(); ++i)
+///             comms[i].all_reduce(streams[i], grads[i], cudarc::nccl::ReduceOp::avg);   // in place
+///     }                                                        // enqueued here (ncclGroupEnd)
+/// @endcode
 #pragma once
 
 #include <array>
