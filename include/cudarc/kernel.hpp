@@ -131,9 +131,9 @@ class Kernel {
                   "e.g. Kernel<void(float*, const float*, int)>");
 };
 
-template <typename... Params>
 /// A kernel whose parameters are Params...: a Function plus the signature that cudarc::launch checks
 /// arguments against. Cheap to copy, like Function.
+template <typename... Params>
 class Kernel<void(Params...)> {
     static_assert((detail::is_kernel_parameter_v<Params> && ...),
                   "cudarc::Kernel<void(Params...)>: kernel parameters must be pointers or trivially copyable "

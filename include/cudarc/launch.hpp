@@ -135,8 +135,8 @@ class KernelArg {
         return buffer(detail::Internals::buffer(view), view.device_ptr(), view.bytes(),
                       detail::Access::write);
     }
-    template <typename T>
     /// A slice the kernel writes (a T* parameter).
+    template <typename T>
     [[nodiscard]] static KernelArg writes(DeviceSlice<T>& slice) {
         return writes(slice.view());
     }
@@ -145,8 +145,8 @@ class KernelArg {
     [[nodiscard]] static KernelArg reads(DeviceView<T> view) {
         return buffer(detail::Internals::buffer(view), view.device_ptr(), view.bytes(), detail::Access::read);
     }
-    template <typename T>
     /// A slice the kernel only reads (a const T* parameter).
+    template <typename T>
     [[nodiscard]] static KernelArg reads(const DeviceSlice<T>& slice) {
         return reads(slice.view());
     }
@@ -157,8 +157,8 @@ class KernelArg {
         std::memcpy(arg.inline_, &address, sizeof(address));
         return arg;
     }
-    template <typename T>
     /// A raw typed device pointer, untracked.
+    template <typename T>
     [[nodiscard]] static KernelArg pointer(T* address) noexcept {
         return pointer(static_cast<DevicePtr>(reinterpret_cast<std::uintptr_t>(address)));
     }

@@ -97,22 +97,22 @@ class CUDARC_API Module {
         static_assert(DeviceCopyable<T>, "copy_to_global needs trivially copyable values");
         copy_to_global_bytes(stream, name, values.data(), values.size_bytes());
     }
-    template <typename T>
     /// One value into a global variable of exactly sizeof(T) bytes.
+    template <typename T>
     void copy_to_global(Stream& stream, std::string_view name, const T& value) const {
         static_assert(DeviceCopyable<T>, "copy_to_global needs a trivially copyable value");
         copy_to_global_bytes(stream, name, &value, sizeof(T));
     }
-    template <typename T>
     /// Copies a global variable into `out`; returns once the data is in `out`.
+    template <typename T>
     void copy_from_global(Stream& stream, std::string_view name, std::span<T> out) const {
         static_assert(DeviceCopyable<T> && !std::is_const_v<T>,
                       "copy_from_global needs writable, trivially "
                       "copyable elements");
         copy_from_global_bytes(stream, name, out.data(), out.size_bytes());
     }
-    template <typename T>
     /// A global variable's value; returns once it has been read (the host waits for `stream`'s work so far).
+    template <typename T>
     [[nodiscard]] T read_global(Stream& stream, std::string_view name) const {
         static_assert(DeviceCopyable<T>, "read_global needs a trivially copyable type");
         T value{};

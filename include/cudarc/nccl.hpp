@@ -66,26 +66,26 @@ enum class DataType { int8, uint8, int32, uint32, int64, uint64, float16, bfloat
 /// };`).
 template <typename T>
 struct DataTypeOf {};
-template <>
 /// float is DataType::float32.
+template <>
 struct DataTypeOf<float> {
     /// The NCCL type.
     static constexpr DataType value = DataType::float32;
 };
-template <>
 /// double is DataType::float64.
+template <>
 struct DataTypeOf<double> {
     /// The NCCL type.
     static constexpr DataType value = DataType::float64;
 };
-template <>
 /// optim::half_bits is DataType::float16.
+template <>
 struct DataTypeOf<optim::half_bits> {
     /// The NCCL type.
     static constexpr DataType value = DataType::float16;
 };
-template <>
 /// optim::bf16_bits is DataType::bfloat16.
+template <>
 struct DataTypeOf<optim::bf16_bits> {
     /// The NCCL type.
     static constexpr DataType value = DataType::bfloat16;
@@ -251,8 +251,8 @@ class CUDARC_API Communicator {
         run_all_reduce(stream, detail::collective_buffer(std::forward<Send>(send)),
                        detail::collective_buffer(std::forward<Recv>(recv)), op);
     }
-    template <typename Buffer>
     /// In place: buffer = op over every rank's buffer.
+    template <typename Buffer>
     void all_reduce(Stream& stream, Buffer&& buffer, ReduceOp op = ReduceOp::sum) {
         static_assert(detail::writable_v<std::remove_reference_t<Buffer>>,
                       "all_reduce in place needs a writable buffer");
@@ -267,8 +267,8 @@ class CUDARC_API Communicator {
         run_broadcast(stream, detail::collective_buffer(std::forward<Send>(send)),
                       detail::collective_buffer(std::forward<Recv>(recv)), root);
     }
-    template <typename Buffer>
     /// In place: buffer = root's buffer on every rank.
+    template <typename Buffer>
     void broadcast(Stream& stream, Buffer&& buffer, int root) {
         static_assert(detail::writable_v<std::remove_reference_t<Buffer>>,
                       "broadcast in place needs a writable buffer");
@@ -306,8 +306,8 @@ class CUDARC_API Communicator {
     void send(Stream& stream, Data&& data, int peer) {
         run_send(stream, detail::collective_buffer(std::forward<Data>(data)), peer);
     }
-    template <typename Data>
     /// Receives into `data` what `peer` sends (see send).
+    template <typename Data>
     void recv(Stream& stream, Data&& data, int peer) {
         static_assert(detail::writable_v<std::remove_reference_t<Data>>, "recv needs a writable buffer");
         run_recv(stream, detail::collective_buffer(std::forward<Data>(data)), peer);

@@ -37,8 +37,8 @@ template <typename T>
 concept ParamElement =
     std::is_same_v<T, float> || std::is_same_v<T, half_bits> || std::is_same_v<T, bf16_bits>;
 
-template <ParamElement T>
 /// The ElementType of a ParamElement type: fp32 for float, fp16 for half_bits, bf16 for bf16_bits.
+template <ParamElement T>
 inline constexpr ElementType element_type_of = std::is_same_v<T, float>       ? ElementType::fp32
                                                : std::is_same_v<T, half_bits> ? ElementType::fp16
                                                                               : ElementType::bf16;

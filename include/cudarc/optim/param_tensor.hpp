@@ -28,11 +28,11 @@ class CUDARC_API ParamTensor {
           grad_(as_bytes(grad)) {
         if (grad.size() != param.size()) throw_size_mismatch(param.size(), grad.size());
     }
-    template <ParamElement T>
     /// The same with a writable gradient view (read only).
-    ParamTensor(DeviceView<T> param, DeviceView<T> grad) : ParamTensor(param, DeviceView<const T>(grad)) {}
     template <ParamElement T>
+    ParamTensor(DeviceView<T> param, DeviceView<T> grad) : ParamTensor(param, DeviceView<const T>(grad)) {}
     /// The same from two slices (their whole views).
+    template <ParamElement T>
     ParamTensor(DeviceSlice<T>& param, const DeviceSlice<T>& grad) : ParamTensor(param.view(), grad.view()) {}
 
     /// The element type of both tensors.
