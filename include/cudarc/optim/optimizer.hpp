@@ -45,9 +45,12 @@ enum class GroupId : std::size_t {};
 struct TensorState {
     std::vector<float> state1;  ///< first moment / momentum / square average / sum of squares
     std::vector<float> state2;  ///< Adam's, AdamW's, AdEMAMix's and LAMB's second moment
+    /// 8-bit codes of state1 (blockwise8 state).
     std::vector<std::uint8_t> codes1;
+    /// 8-bit codes of state2 (blockwise8 state).
     std::vector<std::uint8_t> codes2;
     std::vector<float> absmax1;  ///< one per block of 256 elements
+    /// The block maxima of codes2, one per block of 256 elements.
     std::vector<float> absmax2;
 };
 
@@ -74,7 +77,9 @@ class CUDARC_API Optimizer {
     Optimizer(Stream& stream, const OptimizerOptions& options);
     Optimizer(const Optimizer&) = delete;
     Optimizer& operator=(const Optimizer&) = delete;
+    /// Takes over another optimizer's groups and state; a moved-from Optimizer throws when used.
     Optimizer(Optimizer&&) noexcept;
+    /// Frees this optimizer's state (ordered after its uses, like any DeviceSlice) and takes over another's.
     Optimizer& operator=(Optimizer&&) noexcept;
     ~Optimizer();
 
@@ -95,8 +100,11 @@ class CUDARC_API Optimizer {
     /// group's.
     void step(Stream& stream, GroupId group, std::size_t index, const ParamTensor& tensor);
 
+    /// The number of groups added so far.
     [[nodiscard]] std::size_t group_count() const noexcept;
+    /// The number of tensors of `group`. Throws cudarc::Error for an unknown group.
     [[nodiscard]] std::size_t tensor_count(GroupId group) const;
+    /// The hyper-parameters of `group`, as last set. Throws cudarc::Error for an unknown group.
     [[nodiscard]] const GroupOptions& options(GroupId group) const;
     /// Replaces a group's hyper-parameters from the next step on (validated first).
     void set_options(GroupId group, const GroupOptions& options);
@@ -109,6 +117,7 @@ class CUDARC_API Optimizer {
 
     /// Gradients arrive multiplied by this (loss scaling); the update uses grad / scale. Default 1.
     void set_grad_scale(double scale);
+    /// The gradient scale set last (1 by default).
     [[nodiscard]] double grad_scale() const noexcept;
 
     /// The same for any optimizer, capturable ones included, whose values live in device memory: the new
@@ -119,7 +128,9 @@ class CUDARC_API Optimizer {
     /// For an ordinary optimizer `stream` is not used. The setters above, without a stream, throw for a
     /// capturable optimizer, as do step_count(group) and step_count(group, index).
     void set_options(Stream& stream, GroupId group, const GroupOptions& options);
+    /// set_grad_scale for any optimizer: written on `stream` for a capturable one (see above).
     void set_grad_scale(Stream& stream, double scale);
+    /// set_step_count for any optimizer: written on `stream` for a capturable one (see above).
     void set_step_count(Stream& stream, GroupId group, std::int64_t count);
     /// The group's step count; for a capturable optimizer read back from the device (a blocking 8-byte copy
     /// on `stream`, ordered after the steps and replays enqueued there).
@@ -129,6 +140,7 @@ class CUDARC_API Optimizer {
     /// parameter and state are left unchanged and a device-side flag is set; reading it back here is the
     /// caller's choice (a blocking 4-byte copy per group on `stream`, ordered after the steps).
     [[nodiscard]] bool nonfinite_seen(Stream& stream) const;
+    /// The same for one group (one blocking 4-byte copy).
     [[nodiscard]] bool nonfinite_seen(Stream& stream, GroupId group) const;
     /// Clears the flag, asynchronously on `stream`.
     void reset_nonfinite(Stream& stream);
@@ -137,8 +149,11 @@ class CUDARC_API Optimizer {
     /// arrays must have the sizes read_state gives. Values written must be finite (8-bit: codes and
     /// absmax as the quantizer produces them).
     [[nodiscard]] TensorState read_state(Stream& stream, GroupId group, std::size_t index) const;
+    /// Writes a tensor's state from the host, asynchronously on `stream`. Throws cudarc::Error when an
+    /// array's size differs from read_state's.
     void write_state(Stream& stream, GroupId group, std::size_t index, const TensorState& state);
 
+    /// The options the optimizer was made with.
     [[nodiscard]] const OptimizerOptions& optimizer_options() const noexcept;
     /// Where the state actually lives: device memory when managed memory was asked for but the device
     /// lacks concurrent managed access (or the driver lacks managed memory).

@@ -23,6 +23,7 @@ enum class UpdateRule : int {
     lamb = 7,
     lars = 8
 };
+/// The last UpdateRule, for loops over every rule.
 inline constexpr UpdateRule kLastUpdateRule = UpdateRule::lars;
 
 /// How the optimizer state is stored: fp32, or 8-bit codes with one absmax per block of 256 elements
@@ -34,15 +35,19 @@ enum class StatePrecision : int { fp32 = 0, blockwise8 = 1 };
 /// lacks concurrent managed access the optimizer falls back to device memory (Optimizer::state_placement).
 enum class StatePlacement : int { device = 0, managed = 1 };
 
+/// The rule's name in lower case: "adam", "adamw", "sgd", ...
 [[nodiscard]] CUDARC_API std::string_view to_string(UpdateRule rule) noexcept;
 /// Whether `rule` can keep its state at `precision` (LAMB and LARS: fp32 only).
 [[nodiscard]] CUDARC_API bool supports(UpdateRule rule, StatePrecision precision) noexcept;
+/// "fp32" or "8bit".
 [[nodiscard]] CUDARC_API std::string_view to_string(StatePrecision precision) noexcept;
+/// "device" or "managed".
 [[nodiscard]] CUDARC_API std::string_view to_string(StatePlacement placement) noexcept;
 
 /// One parameter group's hyper-parameters (torch.optim's names and meanings). Fields a rule does not
 /// use are ignored. Validated when given to the optimizer; an invalid value throws cudarc::Error naming it.
 struct GroupOptions {
+    /// The learning rate (every rule).
     double lr = 1e-3;
     double beta1 = 0.9;    ///< Adam, AdamW, Lion, AdEMAMix, LAMB
     double beta2 = 0.999;  ///< Adam, AdamW, Lion, AdEMAMix, LAMB
@@ -55,14 +60,14 @@ struct GroupOptions {
     bool nesterov = false;   ///< SGD (needs momentum > 0 and dampening == 0)
     double alpha = 0.99;     ///< RMSprop's smoothing constant; AdEMAMix's weight of the slow EMA (default 5)
     double lr_decay = 0.0;   ///< Adagrad
-    /// > 0: each tensor's update is scaled by min(1, max_unorm / ||update||_2), computed on the device.
+    /// When above 0, each tensor's update is scaled by min(1, max_unorm / ||update||_2), computed on the device.
     /// LAMB and LARS scale by their trust ratios instead: 0 for them.
     double max_unorm = 0.0;
     double beta3 = 0.9999;  ///< AdEMAMix: the slow EMA's decay
     /// AdEMAMix: warm-up steps of alpha (from 0) and of beta3 (from beta1, linearly in the EMA's half-life);
     /// 0: none (bitsandbytes' t_alpha and t_beta3, None there).
     std::int64_t t_alpha = 0;
-    std::int64_t t_beta3 = 0;
+    std::int64_t t_beta3 = 0;  ///< AdEMAMix: warm-up steps of beta3 (see t_alpha); 0: none
     double trust_coefficient = 0.02;  ///< LARS: eta, the trust ratio's coefficient
 };
 
@@ -71,9 +76,14 @@ struct GroupOptions {
 /// trust coefficient 0.02), and LARS' paper's momentum 0.9.
 [[nodiscard]] CUDARC_API GroupOptions default_options(UpdateRule rule) noexcept;
 
+/// What an Optimizer is made with: the rule, the state's precision and placement, the chunking, and whether
+/// steps can be captured. Fixed for the optimizer's life.
 struct OptimizerOptions {
+    /// The update rule.
     UpdateRule rule = UpdateRule::adamw;
+    /// How the state is stored; supports(rule, precision) must hold.
     StatePrecision precision = StatePrecision::fp32;
+    /// Where the state lives.
     StatePlacement placement = StatePlacement::device;
     /// Multi-tensor steps cut tensors into chunks of at most this many elements, each taken by one CUDA block.
     /// (8-bit state with fp32 parameters cuts at most 4096, docs/optimizers.md: Kernel ABI.)
