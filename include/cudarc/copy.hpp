@@ -58,9 +58,9 @@ void memset(Stream& stream, DeviceView<T> dst, unsigned char value) {
                          detail::checked_bytes("cudarc::memset", dst.size(), sizeof(T)));
 }
 
-/// Managed memory (DeviceSlice::managed): enqueues on `stream` the migration of `view`'s pages to the stream's
-/// device, so that later work there finds them resident. A hint: a no-op for device memory, where the
-/// device lacks concurrent managed access (Device::supports_managed_memory), and while `stream` is being
+/// Managed memory (DeviceSlice::managed): enqueues on `stream` the migration of `view`'s pages to the
+/// stream's device, so that later work there finds them resident. A hint: a no-op for device memory, where
+/// the device lacks concurrent managed access (Device::supports_managed_memory), and while `stream` is being
 /// captured (a prefetch is not a graph node). Freeing the memory waits for it. Throws cudarc::Error for
 /// managed memory of another device than the stream's.
 template <typename T>

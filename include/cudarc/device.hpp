@@ -48,7 +48,8 @@ enum class MemorySource {
     caching_allocator,  ///< cudarc's per-stream caching allocator over cuMemAlloc segments; the default
     stream_ordered,     ///< the driver's pool: cuMemAllocAsync / cuMemFreeAsync, release threshold raised
     expandable,         ///< the caching allocator over expandable segments: one address range per stream and
-                        ///< pool, device memory mapped into it in chunks as it grows (virtual memory management)
+                        ///< pool, device memory mapped into it in chunks as it grows (virtual memory
+                        ///< management)
 };
 
 /// "caching_allocator", "stream_ordered", "expandable": the names CUDARC_ALLOCATOR takes.

@@ -56,8 +56,9 @@ class CUDARC_API Function {
     /// cudarc::Error when empty.
     [[nodiscard]] FunctionAttributes attributes() const;
     /// Allows launches with up to `bytes` of dynamic shared memory. Needed above 48 KB; throws a clear
-    /// error when the device cannot give that much (its opt-in limit minus the kernel's static shared memory).
-    /// Note: the setting belongs to the kernel in its module, so every copy of this Function sees it.
+    /// error when the device cannot give that much (its opt-in limit minus the kernel's static shared
+    /// memory). Note: the setting belongs to the kernel in its module, so every copy of this Function sees
+    /// it.
     void set_max_dynamic_shared_memory(std::size_t bytes) const;
     /// How many blocks of `block_size` threads fit on one multiprocessor at once (occupancy).
     [[nodiscard]] int max_active_blocks_per_multiprocessor(unsigned block_size,

@@ -47,8 +47,8 @@ void launch(Stream& stream, const LaunchConfig& config, const Kernel<void(Params
     }
 }
 
-/// Orders work about to be enqueued on `stream` that reaches `view`'s memory through a raw address rather than
-/// a slice argument (a kernel that reads buffer addresses from a table in device memory, say) after
+/// Orders work about to be enqueued on `stream` that reaches `view`'s memory through a raw address rather
+/// than a slice argument (a kernel that reads buffer addresses from a table in device memory, say) after
 /// conflicting earlier work on other streams, exactly as a launch orders its slice arguments: the access
 /// covers exactly the view's bytes; a DeviceView<T> counts as written, a DeviceView<const T> as read. Since
 /// the library does not see the work, later users on other streams wait for everything `stream` submits

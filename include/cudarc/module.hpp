@@ -1,5 +1,6 @@
 /// @file
-/// cudarc::Module — compiled device code (PTX, CUBIN or fatbin) loaded on one device: its kernels and globals.
+/// cudarc::Module — compiled device code (PTX, CUBIN or fatbin) loaded on one device: its kernels and
+/// globals.
 #pragma once
 
 #include <cstddef>
@@ -89,8 +90,8 @@ class CUDARC_API Module {
     /// A global variable by name (or name expression, e.g. "&table<float>"). Throws when there is none.
     [[nodiscard]] GlobalSymbol global(std::string_view name) const;
 
-    /// Copies into / out of a global variable, asynchronously on `stream` (from device to pageable host memory
-    /// the copy returns when the data is there). The size must match the variable's exactly.
+    /// Copies into / out of a global variable, asynchronously on `stream` (from device to pageable host
+    /// memory the copy returns when the data is there). The size must match the variable's exactly.
     /// Note: globals are not hazard-tracked; use them on one stream, or order the streams yourself.
     template <typename T>
     void copy_to_global(Stream& stream, std::string_view name, std::span<const T> values) const {

@@ -61,9 +61,11 @@ struct Version {
 /// The element types NCCL reduces and moves.
 enum class DataType { int8, uint8, int32, uint32, int64, uint64, float16, bfloat16, float32, float64 };
 
-/// Maps an element type to its DataType. Specialize it for a 16-bit float type of your own (e.g. __half:
-/// `template <> struct cudarc::nccl::DataTypeOf<__half> { static constexpr DataType value = DataType::float16;
-/// };`).
+/// Maps an element type to its DataType. Specialize it for a 16-bit float type of your own, e.g. __half:
+/// @code
+///     template <>
+///     struct cudarc::nccl::DataTypeOf<__half> { static constexpr DataType value = DataType::float16; };
+/// @endcode
 template <typename T>
 struct DataTypeOf {};
 /// float is DataType::float32.

@@ -60,8 +60,8 @@ struct GroupOptions {
     bool nesterov = false;   ///< SGD (needs momentum > 0 and dampening == 0)
     double alpha = 0.99;     ///< RMSprop's smoothing constant; AdEMAMix's weight of the slow EMA (default 5)
     double lr_decay = 0.0;   ///< Adagrad
-    /// When above 0, each tensor's update is scaled by min(1, max_unorm / ||update||_2), computed on the device.
-    /// LAMB and LARS scale by their trust ratios instead: 0 for them.
+    /// When above 0, each tensor's update is scaled by min(1, max_unorm / ||update||_2), computed on the
+    /// device. LAMB and LARS scale by their trust ratios instead: 0 for them.
     double max_unorm = 0.0;
     double beta3 = 0.9999;  ///< AdEMAMix: the slow EMA's decay
     /// AdEMAMix: warm-up steps of alpha (from 0) and of beta3 (from beta1, linearly in the EMA's half-life);
@@ -85,8 +85,8 @@ struct OptimizerOptions {
     StatePrecision precision = StatePrecision::fp32;
     /// Where the state lives.
     StatePlacement placement = StatePlacement::device;
-    /// Multi-tensor steps cut tensors into chunks of at most this many elements, each taken by one CUDA block.
-    /// (8-bit state with fp32 parameters cuts at most 4096, docs/optimizers.md: Kernel ABI.)
+    /// Multi-tensor steps cut tensors into chunks of at most this many elements, each taken by one CUDA
+    /// block. (8-bit state with fp32 parameters cuts at most 4096, docs/optimizers.md: Kernel ABI.)
     std::int64_t max_chunk_elements = 16384;
     /// Keeps each group's step count and hyper-parameters in device memory, like torch's capturable=True,
     /// so that a step captured into a graph is a new step at every replay (the kernels advance the count).
