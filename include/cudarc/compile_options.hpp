@@ -40,7 +40,8 @@ struct CompileOptions {
     Backend backend = Backend::cuda;
 };
 
-/// What a compile produces, as decided by CompileOptions::arch.
+/// What a compile produces, as decided by CompileOptions::arch: `ptx` for a virtual arch ("compute_90"),
+/// `cubin` for a real one ("sm_90"), `amd_code_object` on HIP ("gfx90a").
 enum class CodeFormat { ptx, cubin, amd_code_object };
 
 /// "PTX", "CUBIN" or "AMD code object".

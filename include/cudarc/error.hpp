@@ -12,7 +12,8 @@
 
 namespace cudarc {
 
-/// Which vendor runtime a device or a call belongs to.
+/// Which vendor runtime a device or a call belongs to: `cuda` (the CUDA driver API) or `hip` (AMD's HIP,
+/// docs/hip.md).
 enum class Backend { cuda, hip };
 
 /// "CUDA" or "HIP".

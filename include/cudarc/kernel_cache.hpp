@@ -22,7 +22,7 @@
 
 namespace cudarc {
 
-/// Where a cached compile's result came from.
+/// Where a cached compile's result came from: `compiled` now, found in `memory`, or read from `disk`.
 enum class CacheSource { compiled, memory, disk };
 
 /// "compiled", "memory" or "disk".
