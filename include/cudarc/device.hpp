@@ -139,7 +139,8 @@ class CUDARC_API Device {
 
     /// The device's default stream (see the note above).
     [[nodiscard]] Stream& default_stream() const noexcept;
-    /// A new stream; it does not wait for anything (use Stream::fork for ordered children).
+    /// A new stream; it does not wait for anything (use Stream::fork for ordered children). Taken from the
+    /// device's stream pool (no driver call when a pooled stream of that priority is free).
     [[nodiscard]] Stream create_stream(const StreamOptions& options) const;
     /// A new stream with default StreamOptions.
     [[nodiscard]] Stream create_stream() const;

@@ -124,13 +124,16 @@ class DeviceSlice {
         return *this;
     }
 
-    /// `count` elements with unspecified contents, allocated on `stream`.
+    /// `count` elements with unspecified contents, allocated on `stream` from the device's memory source. With
+    /// the caching allocator a cached block costs no driver call and no synchronization; otherwise memory is
+    /// taken from the driver (counted). Throws cudarc::OutOfMemory when the source cannot satisfy it even
+    /// after freeing its cache (docs/allocator.md).
     [[nodiscard]] static DeviceSlice uninitialized(Stream& stream, std::size_t count) {
         return DeviceSlice(detail::allocate_buffer(
                                stream, detail::checked_bytes("DeviceSlice::uninitialized", count, sizeof(T))),
                            count);
     }
-    /// `count` zero-filled elements.
+    /// `count` zero-filled elements: uninitialized, then an asynchronous memset on `stream`.
     [[nodiscard]] static DeviceSlice zeros(Stream& stream, std::size_t count) {
         DeviceSlice slice = uninitialized(stream, count);
         slice.fill_zero(stream);

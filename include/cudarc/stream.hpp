@@ -58,7 +58,9 @@ class CUDARC_API Stream {
     ~Stream();
 
     /// A child stream that first waits for this stream's work so far, and joins back on destruction. Forked
-    /// from a stream being captured, the child takes part in the capture (docs/graphs.md).
+    /// from a stream being captured, the child takes part in the capture (docs/graphs.md). Costs an event
+    /// record and a cross-stream wait here and again at the join (the stream comes from the device's pool);
+    /// the host never blocks.
     [[nodiscard]] Stream fork(const StreamOptions& options = {});
     /// Makes this stream wait for the work submitted to `other` so far, `other` on this device or another.
     /// Never blocks the host. During a capture: a stream that joins a captured one takes part in the capture
