@@ -124,10 +124,10 @@ class DeviceSlice {
         return *this;
     }
 
-    /// `count` elements with unspecified contents, allocated on `stream` from the device's memory source. With
-    /// the caching allocator a cached block costs no driver call and no synchronization; otherwise memory is
-    /// taken from the driver (counted). Throws cudarc::OutOfMemory when the source cannot satisfy it even
-    /// after freeing its cache (docs/allocator.md).
+    /// `count` elements with unspecified contents, allocated on `stream` from the device's memory source.
+    /// With the caching allocator a cached block costs no driver call and no synchronization; otherwise
+    /// memory is taken from the driver (counted). Throws cudarc::OutOfMemory when the source cannot satisfy
+    /// it even after freeing its cache (docs/allocator.md).
     [[nodiscard]] static DeviceSlice uninitialized(Stream& stream, std::size_t count) {
         return DeviceSlice(detail::allocate_buffer(
                                stream, detail::checked_bytes("DeviceSlice::uninitialized", count, sizeof(T))),
