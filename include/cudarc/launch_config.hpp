@@ -21,7 +21,7 @@ struct Dim3 {
                    unsigned z_ = 1) noexcept  // NOLINT(google-explicit-constructor)
         : x(x_), y(y_), z(z_) {}
 
-    /// x * y * z, without overflow.
+    /// x * y * z, computed in unsigned long long.
     [[nodiscard]] constexpr unsigned long long volume() const noexcept {
         return static_cast<unsigned long long>(x) * y * z;
     }
