@@ -13,15 +13,15 @@ namespace cudarc::optim {
 /// bitsandbytes' defaults). docs/optimizers.md has the formulas and where each comes from. LAMB and LARS keep
 /// 32-bit state only (StatePrecision::fp32).
 enum class UpdateRule : int {
-    adam = 0,
-    adamw = 1,
-    sgd = 2,
-    lion = 3,
-    rmsprop = 4,
-    adagrad = 5,
-    ademamix = 6,
-    lamb = 7,
-    lars = 8
+    adam = 0,      ///< Adam (L2 weight decay)
+    adamw = 1,     ///< AdamW (decoupled weight decay)
+    sgd = 2,       ///< SGD, with optional momentum, dampening and Nesterov
+    lion = 3,      ///< Lion
+    rmsprop = 4,   ///< RMSprop
+    adagrad = 5,   ///< Adagrad
+    ademamix = 6,  ///< AdEMAMix: a fast and a slow EMA
+    lamb = 7,      ///< LAMB: Adam's direction scaled by a per-tensor trust ratio
+    lars = 8       ///< LARS: momentum SGD whose step is scaled by a per-tensor trust ratio
 };
 /// The last UpdateRule, for loops over every rule.
 inline constexpr UpdateRule kLastUpdateRule = UpdateRule::lars;
