@@ -29,7 +29,8 @@ struct bf16_bits {
 static_assert(sizeof(half_bits) == 2 && std::is_trivially_copyable_v<half_bits>);
 static_assert(sizeof(bf16_bits) == 2 && std::is_trivially_copyable_v<bf16_bits>);
 
-/// The element type of a parameter tensor (its gradient has the same one).
+/// The element type of a parameter tensor (its gradient has the same one): `fp32` (float), `fp16`
+/// (half_bits) or `bf16` (bf16_bits).
 enum class ElementType : int { fp32 = 0, fp16 = 1, bf16 = 2 };
 
 /// The types a parameter tensor may hold: float, half_bits, bf16_bits.
