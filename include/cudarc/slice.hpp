@@ -18,10 +18,10 @@ namespace cudarc {
 template <typename T>
 concept DeviceCopyable = std::is_trivially_copyable_v<T> && !std::is_pointer_v<T> && !std::is_reference_v<T>;
 
-/// A window into a DeviceSlice (or BorrowedSlice): pointer, length and the owner's buffer. DeviceView<const
-/// T> can only be read by launches and copies. A view stays valid when its owner moves (Note [Stable
-/// buffers] in cudarc/detail/buffer.hpp), but must not outlive it (like std::span); a library built with
-/// CUDARC_DEBUG_VIEWS throws when a view is used after its owner is gone.
+/// A window into a DeviceSlice (or BorrowedSlice): pointer, length and the owner's buffer.
+/// `DeviceView<const T>` can only be read by launches and copies. A view stays valid when its owner moves
+/// (Note [Stable buffers] in cudarc/detail/buffer.hpp), but must not outlive it (like std::span); a library
+/// built with CUDARC_DEBUG_VIEWS throws when a view is used after its owner is gone.
 template <typename T>
 class DeviceView {
     static_assert(DeviceCopyable<std::remove_const_t<T>>, "DeviceView<T> needs a trivially copyable T");
