@@ -70,7 +70,7 @@ class BorrowedSlice {
     /// throws when `owner` is not a stream of `device`.
     BorrowedSlice(const Device& device, DevicePtr ptr, std::size_t count, const Stream& owner)
         : BorrowedSlice(detail::borrow_memory(device, ptr, count, sizeof(T), &owner, {}), count) {}
-    /// The same from a typed device pointer (e.g. a framework's data pointer).
+    /// The same from a typed device pointer (for example a framework's data pointer).
     BorrowedSlice(const Device& device, T* ptr, std::size_t count)
         : BorrowedSlice(device, address_of(ptr), count) {}
     /// The same from a typed device pointer, with the owner's stream.

@@ -48,7 +48,7 @@ enum class CodeFormat { ptx, cubin, amd_code_object };
 [[nodiscard]] CUDARC_API const char* to_string(CodeFormat format) noexcept;
 
 /// The format `arch` compiles to for `backend`; throws cudarc::Error when `arch` is not an
-/// architecture name of that backend (e.g. "sm90", "gfx90a" on CUDA, empty).
+/// architecture name of that backend (for example "sm90", "gfx90a" on CUDA, empty).
 [[nodiscard]] CUDARC_API CodeFormat code_format_for(const std::string& arch, Backend backend);
 
 /// "sm_90" for compute capability 9.0: the exact architecture of a CUDA device.

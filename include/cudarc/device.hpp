@@ -92,7 +92,7 @@ class CUDARC_API Device {
     [[nodiscard]] static int count();
     /// True when a driver loads and at least one device is visible. Never throws.
     [[nodiscard]] static bool available() noexcept;
-    /// The driver's version (e.g. 13000 for CUDA 13.0).
+    /// The driver's version (for example 13000 for CUDA 13.0).
     [[nodiscard]] static int driver_version();
 
     /// Opens device `ordinal`. Throws on a bad ordinal (naming the valid range) or a driver failure.
@@ -121,8 +121,8 @@ class CUDARC_API Device {
     [[nodiscard]] std::string pci_bus_id() const;
     /// The compute capability, read from two device attributes.
     [[nodiscard]] ComputeCapability compute_capability() const;
-    /// The architecture to compile for: "sm_90" on CUDA, the offload arch (e.g. "gfx90a:sramecc+:xnack-") on
-    /// HIP.
+    /// The architecture to compile for: "sm_90" on CUDA, the offload arch (for example
+    /// "gfx90a:sramecc+:xnack-") on HIP.
     [[nodiscard]] std::string arch() const;
     /// The number of streaming multiprocessors.
     [[nodiscard]] int multiprocessor_count() const;

@@ -136,9 +136,9 @@ constexpr DlpackElement dlpack_element() noexcept {
 }  // namespace detail
 
 /// Borrows the device array of a DLPack managed tensor (DLManagedTensorVersioned* of DLPack 1.x, or the
-/// legacy DLManagedTensor*, e.g. from at::toDLPack). The result owns the tensor: its deleter runs exactly
-/// once, after cudarc's uses of the memory have completed on the device, without blocking the host (also
-/// when the tensor is rejected: then before the throw).
+/// legacy DLManagedTensor*, for example from at::toDLPack). The result owns the tensor: its deleter runs
+/// exactly once, after cudarc's uses of the memory have completed on the device, without blocking the host
+/// (also when the tensor is rejected: then before the throw).
 ///
 /// Accepted: device type kDLCUDA or kDLCUDAManaged of `device`, T's data type with one lane, compact
 /// row-major strides (or none), any byte_offset. A read-only tensor (DLPack 1.x flag) must be imported as
@@ -176,7 +176,7 @@ template <typename T>
     slice = DeviceSlice<T>();
     return static_cast<dlpack::DLManagedTensorVersioned*>(tensor);
 }
-/// The same as a legacy DLManagedTensor (for consumers of DLPack 0.x, e.g. at::fromDLPack).
+/// The same as a legacy DLManagedTensor (for consumers of DLPack 0.x, for example at::fromDLPack).
 template <typename T>
 [[nodiscard]] dlpack::DLManagedTensor* to_dlpack_legacy(DeviceSlice<T>&& slice, Stream& stream) {
     const std::size_t count = slice.size();

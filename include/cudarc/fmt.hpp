@@ -29,7 +29,8 @@
 
 namespace cudarc {
 
-/// Device::driver_version()'s number (1000 * major + 10 * minor, e.g. 13000), to be formatted as "13.0".
+/// Device::driver_version()'s number (1000 * major + 10 * minor, for example 13000), to be formatted as
+/// "13.0".
 struct DriverVersion {
     int encoded = 0;  ///< the number as the driver reports it
 };

@@ -43,7 +43,7 @@ class CUDARC_API Function {
   public:
     Function() = default;  ///< empty: launching it throws
 
-    /// The name it was looked up by (a name expression, e.g. "adamw<float>", or a plain name).
+    /// The name it was looked up by (a name expression, for example "adamw<float>", or a plain name).
     [[nodiscard]] const std::string& name() const noexcept;
     /// The symbol the driver found (the lowered name for a name expression).
     [[nodiscard]] const std::string& symbol() const noexcept;
@@ -121,7 +121,7 @@ inline constexpr bool always_false_v = false;
 
 }  // namespace detail
 
-/// A kernel with a known signature, e.g. Kernel<void(float*, const float*, unsigned long long)>.
+/// A kernel with a known signature, for example Kernel<void(float*, const float*, unsigned long long)>.
 /// Get one with Module::kernel<Sig>(name); launch it with cudarc::launch. The signature is the promise
 /// cudarc::launch checks arguments against, so it must match the kernel's declaration (Module::kernel
 /// compares the parameter sizes with the driver's where the driver can tell).

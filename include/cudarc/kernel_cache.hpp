@@ -106,7 +106,8 @@ class CUDARC_API KernelCache {
 /// KernelCache::process_cache().compile(program, options).
 [[nodiscard]] CUDARC_API CachedProgram compile_cached(const Program& program, const CompileOptions& options);
 
-/// The cached compile of a file shipped under kernels/, e.g. compile_embedded_cached("bench.cu", options).
+/// The cached compile of a file shipped under kernels/, for example compile_embedded_cached("bench.cu",
+/// options).
 [[nodiscard]] CUDARC_API CachedProgram
 compile_embedded_cached(std::string_view file_name, const CompileOptions& options,
                         const std::vector<std::string>& name_expressions = {});

@@ -61,9 +61,9 @@ class CUDARC_API Module {
     [[nodiscard]] static Module compile(const Device& device, const Program& program, CompileOptions options,
                                         KernelCache& cache);
 
-    /// A file shipped under kernels/ (e.g. "bench.cu"), compiled for `device` (cached) and loaded once per
-    /// process: later calls with the same file, name expressions and options return the same module, from any
-    /// thread. The module stays loaded, and keeps its device open, until the process exits.
+    /// A file shipped under kernels/ (for example "bench.cu"), compiled for `device` (cached) and loaded once
+    /// per process: later calls with the same file, name expressions and options return the same module, from
+    /// any thread. The module stays loaded, and keeps its device open, until the process exits.
     [[nodiscard]] static const Module& shipped(const Device& device, std::string_view file_name,
                                                const std::vector<std::string>& name_expressions = {},
                                                const CompileOptions& options = {});
@@ -76,9 +76,9 @@ class CUDARC_API Module {
     Module& operator=(Module&&) noexcept = default;
     ~Module();
 
-    /// A kernel by name expression (one given to the Program, e.g. "adamw<float>") or by symbol name (an
-    /// extern "C" kernel's name, or a lowered name). Throws cudarc::Error naming the kernel and the module
-    /// when there is none.
+    /// A kernel by name expression (one given to the Program, for example "adamw<float>") or by symbol name
+    /// (an extern "C" kernel's name, or a lowered name). Throws cudarc::Error naming the kernel and the
+    /// module when there is none.
     [[nodiscard]] Function function(std::string_view name) const;
     /// Whether function(name) would find a kernel (one cuModuleGetFunction call).
     [[nodiscard]] bool has_function(std::string_view name) const;
@@ -87,7 +87,8 @@ class CUDARC_API Module {
     template <typename Signature>
     [[nodiscard]] Kernel<Signature> kernel(std::string_view name) const;
 
-    /// A global variable by name (or name expression, e.g. "&table<float>"). Throws when there is none.
+    /// A global variable by name (or name expression, for example "&table<float>"). Throws when there is
+    /// none.
     [[nodiscard]] GlobalSymbol global(std::string_view name) const;
 
     /// Copies into / out of a global variable, asynchronously on `stream` (from device to pageable host

@@ -19,7 +19,7 @@ struct CUDARC_API CompiledProgram {
     std::string ptx;           ///< set for a virtual arch ("compute_XY"); empty otherwise
     std::vector<char> binary;  ///< CUBIN for "sm_XY", the code object on HIP; empty for PTX
     std::string log;           ///< the compiler's messages (warnings; ptxas' report when asked for)
-    /// Name expression -> lowered (mangled) name, e.g. "scale<float>" -> "_Z5scaleIfEvPT_S0_".
+    /// Name expression -> lowered (mangled) name, for example "scale<float>" -> "_Z5scaleIfEvPT_S0_".
     std::map<std::string, std::string> lowered_names;
     std::string arch;  ///< what it was compiled for
     /// The backend whose compiler made it.
@@ -63,13 +63,13 @@ class CUDARC_API CompileError : public Error {
 };
 
 /// A kernel source: its text, the name the compiler's messages use for it, and the name
-/// expressions (templates to instantiate, e.g. "adamw<float, float>") whose lowered names are wanted.
+/// expressions (templates to instantiate, for example "adamw<float, float>") whose lowered names are wanted.
 class CUDARC_API Program {
   public:
     /// A program from source text; `name` is what the compiler's messages call it ("program.cu" when empty).
     Program(std::string source, std::string name);
 
-    /// A file shipped under kernels/ and embedded into the library, e.g. "bench.cu". Throws
+    /// A file shipped under kernels/ and embedded into the library, for example "bench.cu". Throws
     /// cudarc::Error listing the embedded files when there is no such file.
     [[nodiscard]] static Program embedded(std::string_view file_name);
 
@@ -95,7 +95,7 @@ class CUDARC_API Program {
     std::vector<std::string> name_expressions_;
 };
 
-/// Compiles a file shipped under kernels/, e.g. compile_embedded("bench.cu", options).
+/// Compiles a file shipped under kernels/, for example compile_embedded("bench.cu", options).
 [[nodiscard]] CUDARC_API CompiledProgram
 compile_embedded(std::string_view file_name, const CompileOptions& options,
                  const std::vector<std::string>& name_expressions = {});
@@ -117,8 +117,8 @@ struct CompilerVersion {
 /// or nvrtcVersion fails).
 [[nodiscard]] CUDARC_API CompilerVersion compiler_version(Backend backend = Backend::cuda);
 
-/// The real architectures the loaded compiler can target, e.g. {"sm_75", "sm_80", ..., "sm_90", ...}, or on
-/// HIP the gfx targets hiprtc's code object manager knows; empty when NVRTC cannot tell (before 11.2).
+/// The real architectures the loaded compiler can target, for example {"sm_75", "sm_80", ..., "sm_90", ...},
+/// or on HIP the gfx targets hiprtc's code object manager knows; empty when NVRTC cannot tell (before 11.2).
 [[nodiscard]] CUDARC_API std::vector<std::string> supported_architectures(Backend backend = Backend::cuda);
 
 }  // namespace cudarc

@@ -65,7 +65,7 @@ struct DLDevice {
 struct DLDataType {
     /// A DLDataTypeCode value.
     std::uint8_t code;
-    /// Bits per lane (e.g. 32 for float).
+    /// Bits per lane (for example 32 for float).
     std::uint8_t bits;
     /// Lanes per element (1 for scalars; cudarc accepts only 1).
     std::uint16_t lanes;

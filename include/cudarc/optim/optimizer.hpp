@@ -112,7 +112,7 @@ class CUDARC_API Optimizer {
     [[nodiscard]] std::int64_t step_count(GroupId group, std::size_t index) const;
     /// The group's step count: the largest of its tensors' (equal unless tensors were stepped one by one).
     [[nodiscard]] std::int64_t step_count(GroupId group) const;
-    /// Sets every tensor of `group` to `count` steps taken (e.g. when resuming from a checkpoint).
+    /// Sets every tensor of `group` to `count` steps taken (for example when resuming from a checkpoint).
     void set_step_count(GroupId group, std::int64_t count);
 
     /// Gradients arrive multiplied by this (loss scaling); the update uses grad / scale. Default 1.
