@@ -28,6 +28,9 @@
 /// @brief Collectives over NCCL, loaded at run time: communicators, groups and the collective calls
 /// (docs/multi-gpu.md).
 
+/// \namespace cudarc::dlpack
+/// @brief The DLPack ABI (cudarc/detail/dlpack_abi.hpp): the structs from_dlpack reads and to_dlpack writes.
+
 /// \namespace cudarc::optim
 /// @brief Optimizers (SGD, Adam, AdamW, ...) that step parameter tensors with fused kernels
 /// (docs/optimizers.md).

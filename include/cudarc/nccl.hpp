@@ -68,25 +68,25 @@ enum class DataType { int8, uint8, int32, uint32, int64, uint64, float16, bfloat
 /// @endcode
 template <typename T>
 struct DataTypeOf {};
-/// float is DataType::float32.
+/// The NCCL type of float: DataType::float32.
 template <>
 struct DataTypeOf<float> {
     /// The NCCL type.
     static constexpr DataType value = DataType::float32;
 };
-/// double is DataType::float64.
+/// The NCCL type of double: DataType::float64.
 template <>
 struct DataTypeOf<double> {
     /// The NCCL type.
     static constexpr DataType value = DataType::float64;
 };
-/// optim::half_bits is DataType::float16.
+/// The NCCL type of optim::half_bits: DataType::float16.
 template <>
 struct DataTypeOf<optim::half_bits> {
     /// The NCCL type.
     static constexpr DataType value = DataType::float16;
 };
-/// optim::bf16_bits is DataType::bfloat16.
+/// The NCCL type of optim::bf16_bits: DataType::bfloat16.
 template <>
 struct DataTypeOf<optim::bf16_bits> {
     /// The NCCL type.

@@ -27,7 +27,7 @@ struct StreamOptions {
     int priority = 0;
 };
 
-/// A stream. Move-only. Three kinds:
+/// An ordered queue of device work on one device. Move-only. Three kinds:
 ///  - created (Device::create_stream): owned; its handle comes from the device's stream pool and goes back
 ///    to it when the object is destroyed (pooled handles are destroyed with the device, so a handle's value
 ///    names one stream for the device's whole life);
