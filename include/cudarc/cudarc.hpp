@@ -32,5 +32,5 @@
 /// @brief The DLPack ABI (cudarc/detail/dlpack_abi.hpp): the structs from_dlpack reads and to_dlpack writes.
 
 /// \namespace cudarc::optim
-/// @brief Optimizers (SGD, Adam, AdamW, ...) that step parameter tensors with fused kernels
-/// (docs/optimizers.md).
+/// @brief Optimizers (Adam, AdamW, SGD, Lion, ...) that step parameter tensors on the caller's stream with
+/// multi-tensor kernels (docs/optimizers.md).
