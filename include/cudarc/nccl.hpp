@@ -53,7 +53,7 @@ struct Version {
     /// The patch level.
     int patch = 0;
 };
-/// The loaded NCCL's version and file. Throw cudarc::Error (saying where NCCL was looked for) without one.
+/// The loaded NCCL's version. Throws cudarc::Error (saying where NCCL was looked for) without one.
 [[nodiscard]] CUDARC_API Version version();
 /// The path of the NCCL library that was loaded. Throws like version().
 [[nodiscard]] CUDARC_API std::string library_path();
