@@ -1,4 +1,5 @@
-// cudarc — the umbrella header. (cudarc/fmt.hpp, the fmt formatters, is opt-in and not included here.)
+/// @file
+/// cudarc — the umbrella header. (cudarc/fmt.hpp, the fmt formatters, is opt-in and not included here.)
 #pragma once
 
 #include "cudarc/borrowed.hpp"
