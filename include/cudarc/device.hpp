@@ -106,6 +106,7 @@ class CUDARC_API Device {
     Device(Device&&) noexcept = default;
     /// Takes over a handle.
     Device& operator=(Device&&) noexcept = default;
+    /// Drops this handle; the last handle (streams and buffers hold one too) releases the primary context.
     ~Device();
 
     /// The device's ordinal, as passed to open().

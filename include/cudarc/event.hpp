@@ -34,6 +34,8 @@ class CUDARC_API Event {
     Event(Event&& other) noexcept;
     /// Releases this event (back to the pool, or destroyed) and takes over `other`'s.
     Event& operator=(Event&& other) noexcept;
+    /// Returns the event to the device's pool (a timing event, or one last recorded inside a capture, is
+    /// destroyed instead). Never throws.
     ~Event();
 
     /// Captures the work submitted to `stream` so far. Recorded on a stream that is being captured into a

@@ -52,6 +52,7 @@ class CUDARC_API Graph {
     Graph(Graph&&) noexcept;
     /// Destroys this graph's state and takes over another's.
     Graph& operator=(Graph&&) noexcept;
+    /// Destroys the graph; memory allocated inside its capture is reused once its last replay has completed.
     ~Graph();
 
     /// Replays the captured work on `stream` (asynchronously). One graph may be launched on several streams;

@@ -58,6 +58,7 @@ class CUDARC_API KernelCache {
                          std::size_t max_bytes = kDefaultMaxBytes);
     KernelCache(const KernelCache&) = delete;
     KernelCache& operator=(const KernelCache&) = delete;
+    /// Drops the in-memory entries; the disk entries stay.
     ~KernelCache();
 
     /// The process-wide cache that compile_cached() uses; its folder is read from the environment

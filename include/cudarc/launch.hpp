@@ -81,6 +81,7 @@ class CUDARC_API IndirectAccess {
     explicit IndirectAccess(Stream& stream);
     IndirectAccess(const IndirectAccess&) = delete;
     IndirectAccess& operator=(const IndirectAccess&) = delete;
+    /// Records the uses, as done() does, when order() was called without done().
     ~IndirectAccess();
 
     /// Declares a view the work uses. Throws cudarc::Error for memory the stream may not use, or after

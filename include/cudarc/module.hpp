@@ -74,6 +74,7 @@ class CUDARC_API Module {
     Module(Module&&) noexcept = default;
     /// Takes over another module (this one is unloaded once no Function of it is left).
     Module& operator=(Module&&) noexcept = default;
+    /// Drops this handle: the module is unloaded once no Function or Kernel taken from it is left.
     ~Module();
 
     /// A kernel by name expression (one given to the Program, for example "adamw<float>") or by symbol name

@@ -232,6 +232,8 @@ class CUDARC_API Communicator {
     Communicator(Communicator&& other) noexcept;
     /// Releases this communicator (as on destruction) and takes over `other`'s.
     Communicator& operator=(Communicator&& other) noexcept;
+    /// ncclCommFinalize then ncclCommDestroy; ncclCommAbort for a failed communicator (see above). Never
+    /// throws.
     ~Communicator();
 
     /// This communicator's rank, in 0..world_size()-1.

@@ -81,6 +81,7 @@ class CUDARC_API Optimizer {
     Optimizer(Optimizer&&) noexcept;
     /// Frees this optimizer's state (ordered after its uses, like any DeviceSlice) and takes over another's.
     Optimizer& operator=(Optimizer&&) noexcept;
+    /// Frees the state, ordered after its last uses on every stream (like any DeviceSlice).
     ~Optimizer();
 
     /// Registers a group of tensors (sizes and element types as given; any mix) with its hyper-parameters.
