@@ -1,4 +1,5 @@
-// cudarc — the umbrella header. (cudarc/fmt.hpp, the fmt formatters, is opt-in and not included here.)
+/// @file
+/// cudarc — the umbrella header. (cudarc/fmt.hpp, the fmt formatters, is opt-in and not included here.)
 #pragma once
 
 #include "cudarc/borrowed.hpp"
@@ -19,3 +20,18 @@
 #include "cudarc/slice.hpp"
 #include "cudarc/stream.hpp"
 #include "cudarc/version.hpp"
+
+/// \namespace cudarc
+/// @brief cudarc's public API: devices, streams, events, device memory, copies, kernels (NVRTC and modules),
+/// launches and graphs, with hazards between streams tracked for you (docs/architecture.md).
+
+/// \namespace cudarc::nccl
+/// @brief Collectives over NCCL, loaded at run time: communicators, groups and the collective calls
+/// (docs/multi-gpu.md).
+
+/// \namespace cudarc::dlpack
+/// @brief The DLPack ABI (cudarc/detail/dlpack_abi.hpp): the structs from_dlpack reads and to_dlpack writes.
+
+/// \namespace cudarc::optim
+/// @brief Optimizers (Adam, AdamW, SGD, Lion, ...) that step parameter tensors on the caller's stream with
+/// multi-tensor kernels (docs/optimizers.md).

@@ -1,8 +1,9 @@
-// DLPack interop: cudarc::from_dlpack borrows another framework's device array; cudarc::to_dlpack hands a
-// DeviceSlice to one. The ABI structs are in cudarc/detail/dlpack_abi.hpp (namespace cudarc::dlpack).
-//
-// Streams follow DLPack's exchange convention: the consumer names its stream, and the producer makes
-// that stream wait for its pending work (an event, never a host block).
+/// @file
+/// DLPack interop: cudarc::from_dlpack borrows another framework's device array; cudarc::to_dlpack hands a
+/// DeviceSlice to one. The ABI structs are in cudarc/detail/dlpack_abi.hpp (namespace cudarc::dlpack).
+///
+/// Streams follow DLPack's exchange convention: the consumer names its stream, and the producer makes
+/// that stream wait for its pending work (an event, never a host block).
 #pragma once
 
 #include <cstddef>
@@ -22,12 +23,16 @@ struct half_bits;
 struct bf16_bits;
 }  // namespace optim
 
-// The DLPack data type of an element type. Specialize it for your own element types.
+/// Whether `T` has a DLPack data type (dlpack_dtype): true for float, double, optim::half_bits,
+/// optim::bf16_bits, the 8, 16, 32 and 64-bit integers and bool. Specialize it, with dlpack_dtype, for your
+/// own element types.
 template <typename T>
 inline constexpr bool has_dlpack_dtype = false;
+/// The DLPack data type of an element type (one lane), where has_dlpack_dtype<T> is true.
 template <typename T>
 inline constexpr dlpack::DLDataType dlpack_dtype{};
 
+/// @cond INTERNAL
 #define CUDARC_DLPACK_DTYPE(type, code, bits)                \
     template <>                                              \
     inline constexpr bool has_dlpack_dtype<type> = true;     \
@@ -49,47 +54,48 @@ CUDARC_DLPACK_DTYPE(std::uint32_t, dlpack::kDLUInt, 32);
 CUDARC_DLPACK_DTYPE(std::uint64_t, dlpack::kDLUInt, 64);
 CUDARC_DLPACK_DTYPE(bool, dlpack::kDLBool, 8);
 #undef CUDARC_DLPACK_DTYPE
+/// @endcond
 
 namespace detail {
 
-// What an import checks a tensor's elements against.
+/// What an import checks a tensor's elements against.
 struct DlpackElement {
     dlpack::DLDataType dtype{};
     std::size_t size = 0;
     std::size_t alignment = 1;
-    bool read_only = false;  // imported as const T: a read-only tensor is fine
+    bool read_only = false;  ///< imported as const T: a read-only tensor is fine
 };
 
-// Either kind of managed tensor, seen through cudarc's declarations.
+/// Either kind of managed tensor, seen through cudarc's declarations.
 struct DlpackSource {
     dlpack::DLManagedTensorVersioned* versioned = nullptr;
     dlpack::DLManagedTensor* legacy = nullptr;
 };
 
-// A checked tensor: its first element's address and its element count.
+/// A checked tensor: its first element's address and its element count.
 struct DlpackPlan {
     DevicePtr ptr = 0;
     std::size_t count = 0;
 };
 
-// Checks `source` for elements `element` on device `ordinal` without touching a driver (host tests call it
-// directly). On a problem it runs the tensor's deleter (the import took ownership) and throws
-// cudarc::Error naming the problem.
+/// Checks `source` for elements `element` on device `ordinal` without touching a driver (host tests call it
+/// directly). On a problem it runs the tensor's deleter (the import took ownership) and throws
+/// cudarc::Error naming the problem.
 [[nodiscard]] CUDARC_API DlpackPlan check_dlpack(DlpackSource source, int ordinal,
                                                  const DlpackElement& element);
-// check_dlpack, then borrow_memory; the deleter runs exactly once: on rejection before the throw, else once
-// cudarc's uses of the memory have completed (Note [Deferred release]).
+/// check_dlpack, then borrow_memory; the deleter runs exactly once: on rejection before the throw, else once
+/// cudarc's uses of the memory have completed (Note [Deferred release]).
 [[nodiscard]] CUDARC_API std::pair<BufferHandle, std::size_t> import_dlpack(const Device& device,
                                                                             DlpackSource source,
                                                                             const DlpackElement& element,
                                                                             const Stream* stream);
-// Moves `buffer` (owned, of `count` elements of `dtype`) into a managed tensor whose deleter frees it, after
-// making `stream` wait for cudarc's pending work on it. On a throw `buffer` is as it was.
+/// Moves `buffer` (owned, of `count` elements of `dtype`) into a managed tensor whose deleter frees it, after
+/// making `stream` wait for cudarc's pending work on it. On a throw `buffer` is as it was.
 [[nodiscard]] CUDARC_API void* export_dlpack(BufferHandle& buffer, std::size_t count,
                                              dlpack::DLDataType dtype, Stream& stream, bool versioned);
 
-// A managed tensor type laid out as DLManagedTensorVersioned / DLManagedTensor (cudarc's, or a
-// framework's own declaration of the same ABI).
+/// A managed tensor type laid out as DLManagedTensorVersioned / DLManagedTensor (cudarc's, or a
+/// framework's own declaration of the same ABI).
 template <typename M>
 concept dlpack_versioned = requires(M m) {
     m.version.major;
@@ -129,18 +135,18 @@ constexpr DlpackElement dlpack_element() noexcept {
 
 }  // namespace detail
 
-// Borrows the device array of a DLPack managed tensor (DLManagedTensorVersioned* of DLPack 1.x, or the
-// legacy DLManagedTensor*, e.g. from at::toDLPack). The result owns the tensor: its deleter runs exactly
-// once, after cudarc's uses of the memory have completed on the device, without blocking the host (also
-// when the tensor is rejected: then before the throw).
-//
-// Accepted: device type kDLCUDA or kDLCUDAManaged of `device`, T's data type with one lane, compact
-// row-major strides (or none), any byte_offset. A read-only tensor (DLPack 1.x flag) must be imported as
-// const T. Every other input throws cudarc::Error naming the problem.
-//
-// `stream` is the stream the producer made ready for the data (DLPack's convention: the consumer names
-// its stream, the producer makes it wait for its work). cudarc's first use on another stream waits for
-// it, and releasing the slice makes it wait for cudarc's last uses. The stream must outlive the slice.
+/// Borrows the device array of a DLPack managed tensor (DLManagedTensorVersioned* of DLPack 1.x, or the
+/// legacy DLManagedTensor*, for example from at::toDLPack). The result owns the tensor: its deleter runs
+/// exactly once, after cudarc's uses of the memory have completed on the device, without blocking the host
+/// (also when the tensor is rejected: then before the throw).
+///
+/// Accepted: device type kDLCUDA or kDLCUDAManaged of `device`, T's data type with one lane, compact
+/// row-major strides (or none), any byte_offset. A read-only tensor (DLPack 1.x flag) must be imported as
+/// const T. Every other input throws cudarc::Error naming the problem.
+///
+/// `stream` is the stream the producer made ready for the data (DLPack's convention: the consumer names
+/// its stream, the producer makes it wait for its work). cudarc's first use on another stream waits for
+/// it, and releasing the slice makes it wait for cudarc's last uses. The stream must outlive the slice.
 template <typename T, typename Managed>
 requires(detail::dlpack_versioned<Managed> || detail::dlpack_legacy<Managed>)
     [[nodiscard]] BorrowedSlice<T> from_dlpack(const Device& device, Managed* tensor, const Stream& stream) {
@@ -148,7 +154,7 @@ requires(detail::dlpack_versioned<Managed> || detail::dlpack_legacy<Managed>)
         detail::import_dlpack(device, detail::as_source(tensor), detail::dlpack_element<T>(), &stream);
     return detail::Internals::make_borrowed<T>(std::move(buffer), count);
 }
-// The same without a stream: the data must be ready for any stream (the producer synchronized).
+/// The same without a stream: the data must be ready for any stream (the producer synchronized).
 template <typename T, typename Managed>
 requires(detail::dlpack_versioned<Managed> || detail::dlpack_legacy<Managed>)
     [[nodiscard]] BorrowedSlice<T> from_dlpack(const Device& device, Managed* tensor) {
@@ -157,11 +163,11 @@ requires(detail::dlpack_versioned<Managed> || detail::dlpack_legacy<Managed>)
     return detail::Internals::make_borrowed<T>(std::move(buffer), count);
 }
 
-// Hands `slice` to a DLPack consumer as a one-dimensional DLPack 1.x tensor (device type kDLCUDA). The
-// consumer's `stream` first waits for cudarc's pending work on the slice. The tensor's deleter frees the
-// memory ordered after every use cudarc knows of, the consumer's on `stream` included: keep `stream` (a
-// Stream::wrap of the consumer's stream, typically) alive until the consumer calls the deleter, which may
-// happen on any thread.
+/// Hands `slice` to a DLPack consumer as a one-dimensional DLPack 1.x tensor (device type kDLCUDA). The
+/// consumer's `stream` first waits for cudarc's pending work on the slice. The tensor's deleter frees the
+/// memory ordered after every use cudarc knows of, the consumer's on `stream` included: keep `stream` (a
+/// Stream::wrap of the consumer's stream, typically) alive until the consumer calls the deleter, which may
+/// happen on any thread.
 template <typename T>
 [[nodiscard]] dlpack::DLManagedTensorVersioned* to_dlpack(DeviceSlice<T>&& slice, Stream& stream) {
     const std::size_t count = slice.size();
@@ -170,7 +176,7 @@ template <typename T>
     slice = DeviceSlice<T>();
     return static_cast<dlpack::DLManagedTensorVersioned*>(tensor);
 }
-// The same as a legacy DLManagedTensor (for consumers of DLPack 0.x, e.g. at::fromDLPack).
+/// The same as a legacy DLManagedTensor (for consumers of DLPack 0.x, for example at::fromDLPack).
 template <typename T>
 [[nodiscard]] dlpack::DLManagedTensor* to_dlpack_legacy(DeviceSlice<T>&& slice, Stream& stream) {
     const std::size_t count = slice.size();

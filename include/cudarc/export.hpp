@@ -1,4 +1,5 @@
-// CUDARC_API — marks what libcudarc exports (Note [Symbol policy] in CMakeLists.txt).
+/// @file
+/// CUDARC_API — marks what libcudarc exports (Note [Symbol policy] in CMakeLists.txt).
 #pragma once
 
 // The library is compiled with hidden visibility: only declarations marked CUDARC_API are visible to
@@ -9,5 +10,7 @@
 #if defined(CUDARC_STATIC)
 #define CUDARC_API
 #else
+/// Marks a declaration that libcudarc exports: default visibility for the shared library, nothing for a
+/// static one (CUDARC_STATIC).
 #define CUDARC_API __attribute__((visibility("default")))
 #endif

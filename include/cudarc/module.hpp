@@ -1,4 +1,6 @@
-// cudarc::Module — compiled device code (PTX, CUBIN or fatbin) loaded on one device: its kernels and globals.
+/// @file
+/// cudarc::Module — compiled device code (PTX, CUBIN or fatbin) loaded on one device: its kernels and
+/// globals.
 #pragma once
 
 #include <cstddef>
@@ -27,72 +29,84 @@ namespace detail {
 class ModuleState;
 }
 
+/// The driver's module handle (CUmodule; a hipModule_t on HIP).
 using NativeModule = ::CUmod_st*;
 
-// A `__device__` or `__constant__` variable of a module.
+/// A `__device__` or `__constant__` variable of a module.
 struct GlobalSymbol {
+    /// The variable's device address.
     DevicePtr address = 0;
+    /// The variable's size in bytes.
     std::size_t bytes = 0;
 };
 
-// Device code loaded into a device's primary context. Move-only; unloaded when the Module and every
-// Function / Kernel taken from it are gone (they keep it loaded).
+/// Device code loaded into a device's primary context. Move-only; unloaded when the Module and every
+/// Function / Kernel taken from it are gone (they keep it loaded).
 class CUDARC_API Module {
   public:
-    // PTX text (the driver compiles it for the device). Throws cudarc::Error with the driver's message.
+    /// PTX text (the driver compiles it for the device). Throws cudarc::Error with the driver's message.
     [[nodiscard]] static Module from_ptx(const Device& device, std::string_view ptx);
-    // A CUBIN (ELF) or fatbin image. Throws when the bytes are neither, or the driver rejects them (e.g. a
-    // CUBIN built for another architecture).
+    /// A CUBIN (ELF) or fatbin image. Throws when the bytes are neither, or the driver rejects them (e.g. a
+    /// CUBIN built for another architecture).
     [[nodiscard]] static Module from_binary(const Device& device, std::span<const char> image);
+    /// The same from bytes.
     [[nodiscard]] static Module from_binary(const Device& device, std::span<const std::byte> image);
-    // The output of a compile (PTX or CUBIN); its name expressions become lookups by expression.
+    /// The output of a compile (PTX or CUBIN); its name expressions become lookups by expression.
     [[nodiscard]] static Module from_program(const Device& device, const CompiledProgram& program);
-    // Compiles through the kernel cache (memory, then disk; see kernel_cache.hpp) and loads the result.
-    // An empty `options.arch` means the device's exact architecture; the backend is the device's.
+    /// Compiles through the kernel cache (memory, then disk; see kernel_cache.hpp) and loads the result.
+    /// An empty `options.arch` means the device's exact architecture; the backend is the device's.
     [[nodiscard]] static Module compile(const Device& device, const Program& program,
                                         CompileOptions options = {});
+    /// The same through `cache` instead of KernelCache::process_cache().
     [[nodiscard]] static Module compile(const Device& device, const Program& program, CompileOptions options,
                                         KernelCache& cache);
 
-    // A file shipped under kernels/ (e.g. "bench.cu"), compiled for `device` (cached) and loaded once per
-    // process: later calls with the same file, name expressions and options return the same module, from any
-    // thread. The module stays loaded, and keeps its device open, until the process exits.
+    /// A file shipped under kernels/ (for example "bench.cu"), compiled for `device` (cached) and loaded once
+    /// per process: later calls with the same file, name expressions and options return the same module, from
+    /// any thread. The module stays loaded, and keeps its device open, until the process exits.
     [[nodiscard]] static const Module& shipped(const Device& device, std::string_view file_name,
                                                const std::vector<std::string>& name_expressions = {},
                                                const CompileOptions& options = {});
 
     Module(const Module&) = delete;
     Module& operator=(const Module&) = delete;
+    /// Takes over another module; a moved-from Module throws when used.
     Module(Module&&) noexcept = default;
+    /// Takes over another module (this one is unloaded once no Function of it is left).
     Module& operator=(Module&&) noexcept = default;
+    /// Drops this handle: the module is unloaded once no Function or Kernel taken from it is left.
     ~Module();
 
-    // A kernel by name expression (one given to the Program, e.g. "adamw<float>") or by symbol name (an
-    // extern "C" kernel's name, or a lowered name). Throws cudarc::Error naming the kernel and the module
-    // when there is none.
+    /// A kernel by name expression (one given to the Program, for example "adamw<float>") or by symbol name
+    /// (an extern "C" kernel's name, or a lowered name). Throws cudarc::Error naming the kernel and the
+    /// module when there is none.
     [[nodiscard]] Function function(std::string_view name) const;
+    /// Whether function(name) would find a kernel (one cuModuleGetFunction call).
     [[nodiscard]] bool has_function(std::string_view name) const;
-    // A typed kernel. Where the driver reports parameter sizes (CUDA 12.4+), they are compared with the
-    // signature's, so a wrong signature fails here, not in the kernel.
+    /// A typed kernel. Where the driver reports parameter sizes (CUDA 12.4+), they are compared with the
+    /// signature's, so a wrong signature fails here, not in the kernel.
     template <typename Signature>
     [[nodiscard]] Kernel<Signature> kernel(std::string_view name) const;
 
-    // A global variable by name (or name expression, e.g. "&table<float>"). Throws when there is none.
+    /// A global variable by name (or name expression, for example "&table<float>"). Throws when there is
+    /// none.
     [[nodiscard]] GlobalSymbol global(std::string_view name) const;
 
-    // Copies into / out of a global variable, asynchronously on `stream` (from device to pageable host memory
-    // the copy returns when the data is there). The size must match the variable's exactly.
-    // Note: globals are not hazard-tracked; use them on one stream, or order the streams yourself.
+    /// Copies into / out of a global variable, asynchronously on `stream` (from device to pageable host
+    /// memory the copy returns when the data is there). The size must match the variable's exactly.
+    /// Note: globals are not hazard-tracked; use them on one stream, or order the streams yourself.
     template <typename T>
     void copy_to_global(Stream& stream, std::string_view name, std::span<const T> values) const {
         static_assert(DeviceCopyable<T>, "copy_to_global needs trivially copyable values");
         copy_to_global_bytes(stream, name, values.data(), values.size_bytes());
     }
+    /// One value into a global variable of exactly sizeof(T) bytes.
     template <typename T>
     void copy_to_global(Stream& stream, std::string_view name, const T& value) const {
         static_assert(DeviceCopyable<T>, "copy_to_global needs a trivially copyable value");
         copy_to_global_bytes(stream, name, &value, sizeof(T));
     }
+    /// Copies a global variable into `out`; returns once the data is in `out`.
     template <typename T>
     void copy_from_global(Stream& stream, std::string_view name, std::span<T> out) const {
         static_assert(DeviceCopyable<T> && !std::is_const_v<T>,
@@ -100,6 +114,7 @@ class CUDARC_API Module {
                       "copyable elements");
         copy_from_global_bytes(stream, name, out.data(), out.size_bytes());
     }
+    /// A global variable's value; returns once it has been read (the host waits for `stream`'s work so far).
     template <typename T>
     [[nodiscard]] T read_global(Stream& stream, std::string_view name) const {
         static_assert(DeviceCopyable<T>, "read_global needs a trivially copyable type");
@@ -108,11 +123,13 @@ class CUDARC_API Module {
         return value;
     }
 
-    // Name expression -> lowered name, for a module loaded from a CompiledProgram.
+    /// Name expression -> lowered name, for a module loaded from a CompiledProgram.
     [[nodiscard]] const std::map<std::string, std::string>& lowered_names() const noexcept;
-    // Where the code came from, for messages: a file name, "PTX", "CUBIN" ...
+    /// Where the code came from, for messages: a file name, "PTX", "CUBIN" ...
     [[nodiscard]] const std::string& origin() const noexcept;
+    /// The ordinal of the device the module is loaded on (-1 once moved from).
     [[nodiscard]] int device_ordinal() const noexcept;
+    /// The driver's handle (null once moved from). Calls made through it are not tracked.
     [[nodiscard]] NativeModule native() const noexcept;
 
   private:
