@@ -73,7 +73,11 @@ void* Buffer::storage() {
 #if CUDARC_DEBUG_VIEWS
     return slots().take();
 #else
-    return ::operator new (sizeof(Buffer), std::align_val_t{alignof(Buffer)});
+    // Note: the aligned form only where the type needs it: it is slower (memalign, a popcount call).
+    if constexpr (alignof(Buffer) > __STDCPP_DEFAULT_NEW_ALIGNMENT__)
+        return ::operator new (sizeof(Buffer), std::align_val_t{alignof(Buffer)});
+    else
+        return ::operator new (sizeof(Buffer));
 #endif
 }
 
@@ -81,7 +85,10 @@ void Buffer::free_storage(void* p) noexcept {
 #if CUDARC_DEBUG_VIEWS
     slots().give_back(p);
 #else
-    ::operator delete (p, std::align_val_t{alignof(Buffer)});
+    if constexpr (alignof(Buffer) > __STDCPP_DEFAULT_NEW_ALIGNMENT__)
+        ::operator delete (p, std::align_val_t{alignof(Buffer)});
+    else
+        ::operator delete (p);
 #endif
 }
 

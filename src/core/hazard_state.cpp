@@ -178,6 +178,13 @@ std::vector<TimelineUse> HazardState::take_uses() {
 }
 
 void HazardState::clear() noexcept {
+    // Note: a state is cleared only as its buffer is released, when no other thread may use it; a buffer
+    // that never left the fast path has no table or keeps to drop.
+    if (!table_active_ && keeps_.empty()) {
+        owner_untracked_ = false;
+        exclusive_.store(nullptr, std::memory_order_release);
+        return;
+    }
     std::lock_guard lock(lock_);
     table_active_ = false;
     owner_untracked_ = false;
