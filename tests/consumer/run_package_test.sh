@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The Debian packages as a user gets them (docs/getting-started.md, "Debian package"): builds the .deb files
 # of a built tree with CPack, installs them with dpkg, then builds and runs a program against the installed
-# files three ways (find_package(cudarc), pkg-config, the tools on PATH) and removes the packages, also when
-# a step fails. Run by `tools/dev test` after the build; needs dpkg-dev (dpkg-shlibdeps) and root or sudo.
+# files three ways (find_package(cudarc), pkg-config, the tools on PATH) and removes (purges) the packages,
+# also when a step fails. Run by `tools/dev test` after the build; needs dpkg-dev (dpkg-shlibdeps) and root or sudo.
 #
 #   tests/consumer/run_package_test.sh BUILD_DIR
 #
@@ -77,10 +77,10 @@ done
 remove() {
     local installed=()
     for name in "${names[@]}"; do
-        dpkg-query -W -f='${Status}' "$name" 2>/dev/null | grep -q 'install ok installed' && installed+=("$name")
+        dpkg-query -W "$name" >/dev/null 2>&1 && installed+=("$name")
     done
     [ ${#installed[@]} -eq 0 ] && return 0
-    $sudo dpkg -r "${installed[@]}" >>"$log" 2>&1 || say "could not remove ${installed[*]}: see $log"
+    $sudo dpkg --purge "${installed[@]}" >>"$log" 2>&1 || say "could not remove ${installed[*]}: see $log"
 }
 trap remove EXIT
 step "dpkg -i" $sudo dpkg -i "${debs[@]}"
@@ -96,8 +96,8 @@ cudarc_dir=$(sed -n 's/^cudarc_DIR:PATH=//p' "$work/cmake/CMakeCache.txt")
 [[ $cudarc_dir == /usr/lib/* ]] || fail "find_package(cudarc) found $cudarc_dir, not the package's /usr/lib/..."
 step "build (find_package)" cmake --build "$work/cmake"
 step "run (find_package)" "${clean_env[@]}" "$work/cmake/consumer"
-ldd "$work/cmake/consumer" | grep -q 'libcudarc\.so[.0-9]* => /usr/lib/' ||
-    fail "the find_package consumer does not load /usr/lib/.../libcudarc: $(ldd "$work/cmake/consumer" | grep cudarc)"
+ldd "$work/cmake/consumer" | grep -Eq 'libcudarc\.so[.0-9]* => (/usr)?/lib/' ||
+    fail "the find_package consumer does not load the package's libcudarc (/usr/lib, or /lib where it is the same folder): $(ldd "$work/cmake/consumer" | grep cudarc)"
 
 # 3b. pkg-config, with the system's search path.
 step "pkg-config --modversion" "${clean_env[@]}" pkg-config --modversion cudarc
@@ -119,15 +119,14 @@ status=0
 "${clean_env[@]}" cudarc-info >>"$log" 2>&1 || status=$?
 [[ $status == 0 || $status == 1 ]] || fail "cudarc-info exited with $status"
 
-# 4. Remove them, and check that nothing is left behind.
+# 4. Remove them, and check that nothing is left behind. --purge rather than -r: a package with maintainer
+# scripts (the runtime's ldconfig trigger) would otherwise stay known to dpkg as "config-files".
 trap - EXIT
-step "dpkg -r" $sudo dpkg -r "${names[@]}"
+step "dpkg --purge" $sudo dpkg --purge "${names[@]}"
 for name in "${names[@]}"; do
-    if dpkg-query -W -f='${Status}' "$name" 2>/dev/null | grep -q 'install ok installed'; then
-        fail "$name is still installed"
-    fi
+    dpkg-query -W "$name" >/dev/null 2>&1 && fail "dpkg still knows $name after the purge"
 done
 for path in /usr/include/cudarc /usr/bin/cudarc-info; do
-    [ ! -e "$path" ] || fail "$path is left after dpkg -r"
+    [ ! -e "$path" ] || fail "$path is left after the purge"
 done
 say "passed: $(IFS=,; echo "${names[*]}") $version built, installed, used through find_package, pkg-config and PATH, removed"
