@@ -43,6 +43,8 @@ if { dpkg-query -W -f='${Package} ${Status}\n' 'libcudarc*' cudarc-tools 2>/dev/
     exit 0
 fi
 
+command -v dpkg-shlibdeps >/dev/null || fail "dpkg-shlibdeps not found (Debian: apt-get install dpkg-dev)"
+
 rm -rf "$work"
 mkdir -p "$work"
 : >"$log"
