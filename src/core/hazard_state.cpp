@@ -108,7 +108,7 @@ bool HazardState::apply(Timeline& timeline, std::size_t offset, std::size_t byte
         // Back to Note [Single-stream fast path] when `timeline` now owns the whole buffer. Note: not for
         // an owner whose work is "everything so far" (raw pointers): its later untracked work would be
         // missed by a "tracked work so far".
-        Timeline* owner = table_.sole_owner();
+        Timeline* owner = precise_ ? nullptr : table_.sole_owner();
         if (owner != nullptr && !covers_untracked(table_.ranges().front().writers[0].position)) {
             table_active_ = false;
             owner_untracked_ = false;

@@ -123,6 +123,10 @@ class HazardState {
         f(table_active_ ? table_.ranges() : std::span<const RangeTable::Range>{});
     }
 
+    // Never takes the single-stream fast path: every use keeps its own position and range, so a host wait
+    // covers exactly the copies of its range (Note [Pinned memory]). Before any access.
+    void keep_ranges() noexcept { precise_ = true; }
+
     // The buffer's address, for the link.
     void set_address(DevicePtr address) noexcept { address_ = address; }
     [[nodiscard]] DevicePtr address() const noexcept { return address_; }
@@ -147,6 +151,7 @@ class HazardState {
     DeviceState* device_;
     bool table_active_ = false;     // guarded by lock_, like everything below
     bool owner_untracked_ = false;  // exclusive_'s uses are Writer::anything
+    bool precise_ = false;          // keep_ranges()
     RangeTable table_;
     struct Keep {
         std::shared_ptr<StreamState> stream;
