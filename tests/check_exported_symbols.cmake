@@ -20,7 +20,8 @@ set(allowed_detail
     "destroy_buffer" "buffer_address" "buffer_device_ordinal" "buffer_generation" "check_view" "record_stream"
     "prepare_indirect_access" "copy_host_to_device" "copy_device_to_host" "copy_device_to_device"
     "memset_bytes" "prefetch_to_device" "launch_packed" "validate_launch_config" "throw_out_of_range"
-    "throw_size_mismatch" "throw_size_overflow")
+    "throw_size_mismatch" "throw_size_overflow" "copy_pinned_to_device" "copy_device_to_pinned" "pinned_wait"
+    "pinned_ready" "copy_2d")
 set(count 0)
 set(bad "")
 foreach(line IN LISTS lines)

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "cudarc/borrowed.hpp"
+#include "cudarc/completion_queue.hpp"
 #include "cudarc/copy.hpp"
 #include "cudarc/counters.hpp"
 #include "cudarc/device.hpp"
@@ -17,6 +18,7 @@
 #include "cudarc/nccl.hpp"
 #include "cudarc/optim/optimizer.hpp"
 #include "cudarc/pinned.hpp"
+#include "cudarc/pitched.hpp"
 #include "cudarc/slice.hpp"
 #include "cudarc/stream.hpp"
 #include "cudarc/version.hpp"

@@ -2,6 +2,7 @@
 /// cudarc::Stream — an ordered queue of device work; forks from a parent and joins back into it.
 #pragma once
 
+#include <concepts>
 #include <cstddef>
 
 #include <memory>
@@ -19,6 +20,25 @@ class Event;
 namespace detail {
 class DeviceState;
 class StreamState;
+
+/// A host function queued by Stream::host_function, type-erased (it may be move-only).
+class HostTask {
+  public:
+    HostTask() = default;
+    HostTask(const HostTask&) = delete;
+    HostTask& operator=(const HostTask&) = delete;
+    virtual ~HostTask() = default;
+    virtual void run() = 0;
+};
+template <typename F>
+class HostTaskOf final : public HostTask {
+  public:
+    explicit HostTaskOf(F f) : f_(std::move(f)) {}
+    void run() override { f_(); }
+
+  private:
+    F f_;
+};
 }  // namespace detail
 
 /// How a created or forked stream is made.
@@ -74,6 +94,17 @@ class CUDARC_API Stream {
     /// event-wait node (each replay waits for the event's latest record).
     void wait(const Event& event);
 
+    /// Enqueues `f()` in stream order (cuLaunchHostFunc): it runs on a driver thread once the work
+    /// submitted before it has completed, and work submitted after it waits for it. Never blocks the host.
+    /// The driver's rule: `f` must not call CUDA, so no cudarc call that reaches the driver either (a build
+    /// with assertions or CUDARC_DEBUG_VIEWS throws from such a call: Note [No CUDA in host functions]).
+    /// Keep `f` short: the stream stalls while it runs. An exception thrown by `f` is caught and kept for
+    /// Device::rethrow_deferred_error. Throws inside a graph capture, and where the driver has no host
+    /// functions.
+    template <typename F>
+    requires std::invocable<F&>
+    void host_function(F f) { enqueue_host_task(std::make_unique<detail::HostTaskOf<F>>(std::move(f))); }
+
     /// Blocks the host until the stream's work completes (counted). Throws inside a graph capture.
     void synchronize();
     /// True when all work submitted so far has completed. Never blocks. Throws inside a graph capture.
@@ -99,6 +130,7 @@ class CUDARC_API Stream {
            const std::shared_ptr<detail::StreamState>& parent) noexcept;
 
     void release() noexcept;
+    void enqueue_host_task(std::unique_ptr<detail::HostTask> task);
 
     void join_parent() noexcept;
 

@@ -1,5 +1,6 @@
 // detail::Buffer (core/buffer.hpp) and the memory operations on buffers (cudarc/detail/buffer.hpp).
 #include "core/buffer.hpp"
+#include "core/profiler.hpp"
 
 #include <fmt/format.h>
 
@@ -14,6 +15,7 @@
 #include "core/host_copy.hpp"
 #include "core/operation.hpp"
 #include "core/peer_access.hpp"
+#include "core/trace.hpp"
 #include "cudarc/stream.hpp"
 
 namespace cudarc::detail {
@@ -193,6 +195,9 @@ void Buffer::release() noexcept {
         try {
             std::vector<TimelineUse> taken = hazards_.take_uses();
             order_uses_on_own_device(*device_, home_, taken);  // Note [Hazard tracking across devices]
+            if (trace_waits()) [[unlikely]] {
+                for (const TimelineUse& use : taken) trace_free(ptr_, bytes_, *use.timeline, use.position);
+            }
             uses = stream_uses(taken, home_);
         } catch (const Error& error) {
             // An event could not be recorded, or no memory for the list: make every use complete before the
@@ -373,6 +378,7 @@ void complete_copy_to_host(DeviceState& device, sys::Stream stream, const void* 
 void copy_host_to_device(Stream& stream, Buffer* dst_buffer, DevicePtr dst_ptr, const void* src,
                          std::size_t bytes) {
     if (bytes == 0) return;
+    const ProfilerRange range("cudarc: copy");  // Note [Profiler ranges]
     Buffer& dst = non_empty(dst_buffer, "cudarc::copy");
     StreamState& s = Internals::stream_state(stream);
     dst.check_stream(s);
@@ -402,6 +408,7 @@ void copy_host_to_device(Stream& stream, Buffer* dst_buffer, DevicePtr dst_ptr, 
 void copy_device_to_host(Stream& stream, void* dst, Buffer* src_buffer, DevicePtr src_ptr,
                          std::size_t bytes) {
     if (bytes == 0) return;
+    const ProfilerRange range("cudarc: copy");
     Buffer& src = non_empty(src_buffer, "cudarc::copy");
     refuse_in_capture(
         "a blocking copy to host memory",
@@ -424,6 +431,7 @@ void copy_device_to_host(Stream& stream, void* dst, Buffer* src_buffer, DevicePt
 void copy_device_to_device(Stream& stream, Buffer* dst_buffer, DevicePtr dst_ptr, Buffer* src_buffer,
                            DevicePtr src_ptr, std::size_t bytes) {
     if (bytes == 0) return;
+    const ProfilerRange range("cudarc: copy");
     Buffer& dst = non_empty(dst_buffer, "cudarc::copy");
     Buffer& src = non_empty(src_buffer, "cudarc::copy");
     if (&src.device() != &dst.device()) {

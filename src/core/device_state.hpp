@@ -15,6 +15,7 @@
 #include "core/event_pool.hpp"
 #include "core/memory_source.hpp"
 #include "core/timeline.hpp"
+#include "cudarc/config.hpp"
 #include "cudarc/device.hpp"
 #include "cudarc/stream.hpp"
 #include "sys/driver_api.hpp"
@@ -257,9 +258,28 @@ class DeviceState : public std::enable_shared_from_this<DeviceState> {
     std::array<std::atomic<std::uint64_t>, kMaxPeerOrdinals> peers_{};
 };
 
+// Note [No CUDA in host functions]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The driver forbids CUDA calls inside a host function (cuLaunchHostFunc): one may deadlock or fail. cudarc
+// cannot stop a user's function from calling the driver itself, but it can refuse its own calls: a build
+// with assertions (no NDEBUG) or with CUDARC_DEBUG_VIEWS marks the driver thread while a host function runs
+// (in_host_function), and every call that binds a context there throws instead of reaching the driver
+// (the error is then kept for rethrow_deferred_error, like any exception from the function).
+#if !defined(NDEBUG) || CUDARC_DEBUG_VIEWS
+#define CUDARC_CHECK_HOST_FUNCTIONS 1
+#else
+#define CUDARC_CHECK_HOST_FUNCTIONS 0
+#endif
+[[nodiscard]] bool& in_host_function() noexcept;
+[[noreturn]] void throw_cuda_call_in_host_function();
+
 inline ContextScope::ContextScope(const DeviceState& device) : device_(&device) {
     if (device.lost()) [[unlikely]]
         device.throw_lost();
+#if CUDARC_CHECK_HOST_FUNCTIONS
+    if (in_host_function()) [[unlikely]]
+        throw_cuda_call_in_host_function();
+#endif
     sys::Context current = nullptr;
     const sys::Result result = device.api_.ctx_get_current(&current);
     if (result != sys::kSuccess || current != device.context_) [[unlikely]]

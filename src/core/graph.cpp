@@ -7,6 +7,7 @@
 #include "core/capture.hpp"
 #include "core/device_state.hpp"
 #include "core/operation.hpp"
+#include "core/profiler.hpp"
 
 namespace cudarc {
 namespace detail {
@@ -195,6 +196,7 @@ void begin_capture(Stream& stream) {
         throw;
     }
     CaptureSession::set_current(std::move(session));
+    profiler_push("cudarc: capture", "cudarc: capture");  // Note [Profiler ranges]: popped in end_session
 }
 
 namespace {
@@ -242,6 +244,7 @@ std::pair<sys::Graph, sys::Result> end_session(Stream& stream, std::unique_ptr<C
     if (prerequisites != nullptr && ended == sys::kSuccess)
         *prerequisites = CaptureSession::current()->take_prerequisites();
     session = CaptureSession::take_current();
+    profiler_pop();
     // Note: before the deferred releases run (in finish), so that the allocator sees them as ordinary frees.
     if (session->source_capture()) {
         try {
@@ -333,6 +336,7 @@ namespace {
 
 void Graph::launch(Stream& stream) {
     if (!state_) throw_moved_from("Graph::launch");
+    const detail::ProfilerRange range("cudarc: replay");  // Note [Profiler ranges]
     state_->launch(stream);
 }
 

@@ -81,6 +81,19 @@ void HazardState::collect(Timeline& timeline, std::size_t offset, std::size_t by
     table_.collect(offset, offset + bytes, &timeline, access, [&](const Use& use) { needs.raise(use); });
 }
 
+void HazardState::collect_for_host(std::size_t offset, std::size_t bytes, Access access, Needs& needs) {
+    if (bytes == 0) return;
+    std::lock_guard lock(lock_);
+    if (!table_active_) {
+        if (Timeline* owner = exclusive_.load(std::memory_order_relaxed))
+            needs.raise(Use{owner, owner_untracked_ ? kOwnersWork : owner->position()});
+        return;
+    }
+    table_.collect(offset, offset + bytes, nullptr, access, [&](const Use& use) {
+        needs.raise(Use{use.timeline, use.timeline->concrete(use.position)});
+    });
+}
+
 bool HazardState::apply(Timeline& timeline, std::size_t offset, std::size_t bytes, Access access,
                         std::uint64_t position) noexcept {
     // Note: untracked work (kEverythingSoFar) is not covered by the owner's "tracked work so far".
@@ -95,7 +108,7 @@ bool HazardState::apply(Timeline& timeline, std::size_t offset, std::size_t byte
         // Back to Note [Single-stream fast path] when `timeline` now owns the whole buffer. Note: not for
         // an owner whose work is "everything so far" (raw pointers): its later untracked work would be
         // missed by a "tracked work so far".
-        Timeline* owner = table_.sole_owner();
+        Timeline* owner = precise_ ? nullptr : table_.sole_owner();
         if (owner != nullptr && !covers_untracked(table_.ranges().front().writers[0].position)) {
             table_active_ = false;
             owner_untracked_ = false;

@@ -100,6 +100,10 @@ class HazardState {
     // BorrowedSlice::owner_wrote: `owner` wrote the whole buffer again, untracked; earlier uses are
     // forgotten.
     void reset_to_owner(Timeline& owner) noexcept;
+    // Adds to `needs` what an access by the host (no stream) to bytes [offset, offset + bytes) must wait
+    // for, concrete positions only (Note [Pinned memory] in core/pinned_state.hpp). Throws only for want
+    // of memory.
+    void collect_for_host(std::size_t offset, std::size_t bytes, Access access, Needs& needs);
     // Adds every use other than `self`'s to `needs` (BorrowedSlice::sync_owner), leaving the state as it is.
     void collect_all(const Timeline& self, Needs& needs) const;
     // Whether an access by a stream that never used the buffer would have to wait for anything.
@@ -119,8 +123,13 @@ class HazardState {
         f(table_active_ ? table_.ranges() : std::span<const RangeTable::Range>{});
     }
 
+    // Never takes the single-stream fast path: every use keeps its own position and range, so a host wait
+    // covers exactly the copies of its range (Note [Pinned memory]). Before any access.
+    void keep_ranges() noexcept { precise_ = true; }
+
     // The buffer's address, for the link.
     void set_address(DevicePtr address) noexcept { address_ = address; }
+    [[nodiscard]] DevicePtr address() const noexcept { return address_; }
     // The link graphs keep to this buffer, made on first use (Note [Capture overlay]).
     [[nodiscard]] const std::shared_ptr<BufferLink>& link();
     [[nodiscard]] BufferLink* link_if_any() const noexcept { return link_.get(); }
@@ -142,6 +151,7 @@ class HazardState {
     DeviceState* device_;
     bool table_active_ = false;     // guarded by lock_, like everything below
     bool owner_untracked_ = false;  // exclusive_'s uses are Writer::anything
+    bool precise_ = false;          // keep_ranges()
     RangeTable table_;
     struct Keep {
         std::shared_ptr<StreamState> stream;

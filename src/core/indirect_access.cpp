@@ -5,6 +5,7 @@
 #include "core/buffer.hpp"
 #include "core/device_state.hpp"
 #include "core/operation.hpp"
+#include "core/profiler.hpp"
 #include "cudarc/launch.hpp"
 
 namespace cudarc {
@@ -15,6 +16,7 @@ struct IndirectAccess::State {
     detail::Operation op;
     bool ordered = false;
     bool done = false;
+    std::size_t tensors = 0;  // views added
 };
 
 IndirectAccess::IndirectAccess(Stream& stream) : state_(new State(detail::Internals::stream_state(stream))) {}
@@ -32,11 +34,19 @@ void IndirectAccess::add_bytes(detail::Buffer* buffer, DevicePtr ptr, std::size_
     detail::Buffer& b = detail::non_empty(buffer, "cudarc::IndirectAccess::add");
     b.check_stream(state_->stream);
     state_->op.access(b.hazards(), static_cast<std::size_t>(ptr - b.ptr()), bytes, access);
+    ++state_->tensors;
 }
 
 void IndirectAccess::order() {
     if (state_->ordered) throw Error("cudarc::IndirectAccess::order: the accesses were ordered already");
-    state_->op.order();
+    // Note [Profiler ranges]: the step's range lasts until done().
+    detail::profiler_push("cudarc: step", "cudarc: step of %zu tensors", state_->tensors);
+    try {
+        state_->op.order();
+    } catch (...) {
+        detail::profiler_pop();
+        throw;
+    }
     state_->ordered = true;
 }
 
@@ -44,6 +54,7 @@ void IndirectAccess::done() noexcept {
     if (state_->done) return;
     state_->done = true;
     state_->op.complete();
+    if (state_->ordered) detail::profiler_pop();
 }
 
 }  // namespace cudarc

@@ -3,6 +3,7 @@
 
 #include "core/capture.hpp"
 #include "core/device_state.hpp"
+#include "core/trace.hpp"
 
 namespace cudarc::detail {
 
@@ -47,12 +48,38 @@ void Operation::route_into_capture() {
 void Operation::order() {
     if (count_ == 0) return;
     if (captures_underway.load(std::memory_order_relaxed) != 0) route_into_capture();
+    if (trace_waits()) [[unlikely]]
+        trace_needs();
     Needs needs;
     for (std::size_t i = 0; i < count_; ++i) {
         const Pending& p = pending(i);
         p.state->collect(*timeline_, p.offset, p.bytes, p.access, needs);
     }
     for (std::size_t i = 0; i < needs.size(); ++i) timeline_->wait_for(*needs[i].timeline, needs[i].position);
+}
+
+// Note [Tracing waits]: each buffer range's needs that this stream has not seen, with their reason.
+void Operation::trace_needs() {
+    for (std::size_t i = 0; i < count_; ++i) {
+        const Pending& p = pending(i);
+        Needs writers;
+        p.state->collect(*timeline_, p.offset, p.bytes, Access::read, writers);
+        Needs all;
+        if (p.access == Access::write) p.state->collect(*timeline_, p.offset, p.bytes, Access::write, all);
+        const auto report = [&](const Use& use, const char* reason) {
+            if (use.timeline == nullptr ||
+                timeline_->has_seen(*use.timeline, use.timeline->concrete(use.position)))
+                return;
+            trace_wait(*timeline_, *use.timeline, use.position, p.state->address(), p.offset, p.bytes,
+                       reason);
+        };
+        for (std::size_t k = 0; k < writers.size(); ++k)
+            report(writers[k], p.access == Access::read ? "RAW" : "WAW");
+        for (std::size_t k = 0; k < all.size(); ++k) {
+            const Use* writer = writers.find(all[k].timeline);
+            if (writer == nullptr || writer->position < all[k].position) report(all[k], "WAR");
+        }
+    }
 }
 
 void Operation::finish(std::uint64_t position) noexcept {
@@ -62,7 +89,11 @@ void Operation::finish(std::uint64_t position) noexcept {
         shared = p.state->apply(*timeline_, p.offset, p.bytes, p.access, position) || shared;
         if (capture_ != nullptr) capture_->note_touched(*p.real, p.offset, p.bytes, p.access);
     }
-    if (shared && position != kEverythingSoFar) timeline_->record_after(position);
+    if (shared && position != kEverythingSoFar) {
+        if (trace_waits()) [[unlikely]]
+            trace_event(*timeline_, position);
+        timeline_->record_after(position);
+    }
 }
 
 void Operation::complete() noexcept {

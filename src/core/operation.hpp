@@ -77,6 +77,7 @@ class Operation {
     // Captures: whether this operation's accesses go to this thread's capture, and if so, to its overlays.
     void route_into_capture();
     void finish(std::uint64_t position) noexcept;
+    void trace_needs();  // Note [Tracing waits]
 
     StreamState& stream_;
     Timeline* timeline_;

@@ -1,3 +1,4 @@
+// Note [Pinned memory] (core/pinned_state.hpp): page-locked host memory tracked per byte range.
 #include "cudarc/pinned.hpp"
 
 #include <fmt/format.h>
@@ -10,215 +11,283 @@
 #include "core/capture.hpp"
 #include "core/device_state.hpp"
 #include "core/operation.hpp"
+#include "core/pinned_state.hpp"
+#include "core/profiler.hpp"
 #include "cudarc/device.hpp"
 
 namespace cudarc::detail {
 
-PinnedAllocation::PinnedAllocation(const Device& device, std::size_t bytes)
-    : device_(detail::Internals::device_state(device)) {
-    if (bytes == 0) return;
-    const auto scope = device_->bind();
-    const sys::Result r = device_->api().mem_host_alloc(&data_, bytes, sys::kMemHostAllocPortable);
-    if (r == sys::kErrorOutOfMemory) {
-        const Error cause =
-            sys::make_error(device_->api(), sys::Entry::mem_host_alloc, r, device_->ordinal());
-        OutOfMemory::Figures figures;
-        figures.requested = bytes;
-        throw OutOfMemory(
-            fmt::format(
-                "cudarc: PinnedBuffer: cannot page-lock {} bytes of host memory ({}). Page-locked memory "
-                "is bounded by the host's RAM and by the memlock limit (`ulimit -l`; "
-                "/etc/security/limits.conf, or `--ulimit memlock=-1` for a container): use fewer or "
-                "smaller pinned buffers, or raise the limit",
-                bytes, cause.what()),
-            cause, figures);
-    }
-    device_->check(r, sys::Entry::mem_host_alloc);
-}
-
-PinnedAllocation::PinnedAllocation(PinnedAllocation&& other) noexcept
-    : device_(std::move(other.device_)),
-      data_(std::exchange(other.data_, nullptr)),
-      copy_device_(std::move(other.copy_device_)),
-      last_copy_(std::exchange(other.last_copy_, nullptr)),
-      untracked_copy_(std::exchange(other.untracked_copy_, false)) {}
-
-PinnedAllocation& PinnedAllocation::operator=(PinnedAllocation&& other) noexcept {
-    if (this != &other) {
-        release();
-        device_ = std::move(other.device_);
-        data_ = std::exchange(other.data_, nullptr);
-        copy_device_ = std::move(other.copy_device_);
-        last_copy_ = std::exchange(other.last_copy_, nullptr);
-        untracked_copy_ = std::exchange(other.untracked_copy_, false);
-    }
-    return *this;
-}
-
-PinnedAllocation::~PinnedAllocation() {
-    release();
+PinnedState::PinnedState(std::shared_ptr<DeviceState> device, void* data, std::size_t bytes,
+                         bool registered) noexcept
+    : device_(std::move(device)),
+      data_(data),
+      bytes_(bytes),
+      registered_(registered),
+      hazards_(bytes, nullptr, device_.get()) {
+    hazards_.set_address(
+        static_cast<DevicePtr>(reinterpret_cast<std::uintptr_t>(data)));  // names it in traces
 }
 
 namespace {
-// A page-locked allocation whose last copy may still run, freed once that copy's event has completed.
+
+// Frees (or unregisters) the memory. Never throws.
+void give_back_memory(DeviceState& device, void* data, bool registered) noexcept {
+    if (data == nullptr) return;
+    const auto scope = device.bind_or_defer();
+    const sys::DriverApi& api = device.api();
+    if (registered) {
+        if (api.mem_host_unregister != nullptr)
+            device.defer(api.mem_host_unregister(data), sys::Entry::mem_host_unregister);
+    } else {
+        device.defer(api.mem_free_host(data), sys::Entry::mem_free_host);
+    }
+}
+
+// Page-locked memory whose copies may still run, given back once their events have completed.
 struct QueuedPinnedFree {
-    std::shared_ptr<DeviceState> device;  // the owner (the hook may run on the copy's device's queue)
+    std::shared_ptr<DeviceState> device;  // the owner (the hook may run on another device's queue)
     void* data;
+    bool registered;
 };
 
 void free_queued_pinned(void* context) noexcept {
     auto* queued = static_cast<QueuedPinnedFree*>(context);
-    {
-        const auto scope = queued->device->bind_or_defer();
-        queued->device->defer(queued->device->api().mem_free_host(queued->data), sys::Entry::mem_free_host);
-    }
+    give_back_memory(*queued->device, queued->data, queued->registered);
     delete queued;
+}
+
+// Blocks until `use` has completed; false when that could not be made sure (the error deferred).
+bool wait_for_use(const TimelineUse& use) noexcept {
+    DeviceState& fallback = use.stream->device();
+    try {
+        const EventRef event = use.timeline->event_covering(use.position);
+        if (!event) return true;  // a retired stream whose work is known complete
+        DeviceState& device = event->device();
+        const auto scope = device.bind_or_defer();
+        const sys::Result r = device.api().event_synchronize(event->handle());
+        if (r == sys::kSuccess) {
+            AtomicCounters::bump(device.counters().event_synchronizes);
+            return true;
+        }
+        device.defer(r, sys::Entry::event_synchronize);
+    } catch (const Error& error) {
+        fallback.defer(error);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory; the device wait below covers it
+    }
+    // The event could not be recorded or waited for: wait for the whole device of the stream instead.
+    const auto scope = fallback.bind_or_defer();
+    const sys::Result waited = fallback.api().ctx_synchronize();
+    if (waited == sys::kSuccess) {
+        AtomicCounters::bump(fallback.counters().context_synchronizes);
+        return true;
+    }
+    fallback.defer(waited, sys::Entry::ctx_synchronize);
+    return fallback.lost();  // on a lost device nothing transfers any more
+}
+
+}  // namespace
+
+void PinnedState::release() noexcept {
+    hazards_.detach_link();
+    std::vector<TimelineUse> uses;
+    try {
+        uses = hazards_.take_uses();
+    } catch (...) {
+        // No memory for the list: every copy of this memory ran on some device's stream; wait for this one
+        // (the common case), and leak rather than risk the others.
+        hazards_.clear();
+        device_->synchronize_noexcept();
+        return;
+    }
+    if (!uses.empty() && capture_on_this_thread()) [[unlikely]] {
+        // Note [Pinned memory]: the capturing thread may not wait; the device's release queue gives the
+        // memory back once the copies' events have completed. Events of several devices cannot share one
+        // queue entry: then the memory is leaked (the error deferred).
+        DeviceState* queue = nullptr;
+        bool one_device = true;
+        std::vector<EventRef> events;
+        try {
+            for (const TimelineUse& use : uses) {
+                EventRef event = use.timeline->event_covering(use.position);
+                if (!event) continue;
+                if (queue != nullptr && queue != &event->device()) one_device = false;
+                queue = &event->device();
+                events.push_back(std::move(event));
+            }
+        } catch (...) {
+            one_device = false;
+        }
+        auto* queued =
+            one_device ? new (std::nothrow) QueuedPinnedFree{device_, data_, registered_} : nullptr;
+        if (queued != nullptr) {
+            (queue != nullptr ? *queue : *device_)
+                .releases()
+                .add(std::move(events), ReleaseHook{&free_queued_pinned, queued});
+        } else {
+            device_->defer(
+                Error("cudarc: a PinnedBuffer destroyed inside a graph capture, with copies of "
+                      "several devices pending, was leaked"));
+        }
+        data_ = nullptr;
+        return;
+    }
+    bool stopped = true;
+    for (const TimelineUse& use : uses) stopped = wait_for_use(use) && stopped;
+    // Note: memory a copy may still be transferring into is leaked rather than freed under the DMA engine.
+    if (stopped) give_back_memory(*device_, data_, registered_);
+    data_ = nullptr;
+}
+
+// ---- PinnedAllocation --------------------------------------------------------------------------------
+
+PinnedAllocation::PinnedAllocation(const Device& device, std::size_t bytes) {
+    if (bytes == 0) return;
+    const std::shared_ptr<DeviceState>& d = Internals::device_state(device);
+    void* data = nullptr;
+    {
+        const auto scope = d->bind();
+        const sys::Result r = d->api().mem_host_alloc(&data, bytes, sys::kMemHostAllocPortable);
+        if (r == sys::kErrorOutOfMemory) {
+            const Error cause = sys::make_error(d->api(), sys::Entry::mem_host_alloc, r, d->ordinal());
+            OutOfMemory::Figures figures;
+            figures.requested = bytes;
+            throw OutOfMemory(
+                fmt::format(
+                    "cudarc: PinnedBuffer: cannot page-lock {} bytes of host memory ({}). Page-locked memory "
+                    "is bounded by the host's RAM and by the memlock limit (`ulimit -l`; "
+                    "/etc/security/limits.conf, or `--ulimit memlock=-1` for a container): use fewer or "
+                    "smaller pinned buffers, or raise the limit",
+                    bytes, cause.what()),
+                cause, figures);
+        }
+        d->check(r, sys::Entry::mem_host_alloc);
+    }
+    state_ = new (std::nothrow) PinnedState(d, data, bytes, false);
+    if (state_ == nullptr) {
+        give_back_memory(*d, data, false);
+        throw std::bad_alloc();
+    }
+    data_ = data;
+}
+
+PinnedAllocation PinnedAllocation::register_memory(const Device& device, void* ptr, std::size_t bytes) {
+    PinnedAllocation allocation;
+    if (bytes == 0) return allocation;
+    if (ptr == nullptr) throw Error("cudarc: PinnedBuffer::register_memory of a null pointer");
+    const std::shared_ptr<DeviceState>& d = Internals::device_state(device);
+    {
+        const auto scope = d->bind();
+        const sys::DriverApi& api = d->api();
+        d->check(sys::require(api, api.mem_host_register, sys::Entry::mem_host_register)(
+                     ptr, bytes, sys::kMemHostRegisterPortable),
+                 sys::Entry::mem_host_register);
+    }
+    allocation.state_ = new (std::nothrow) PinnedState(d, ptr, bytes, true);
+    if (allocation.state_ == nullptr) {
+        give_back_memory(*d, ptr, true);
+        throw std::bad_alloc();
+    }
+    allocation.data_ = ptr;
+    return allocation;
+}
+
+void PinnedAllocation::release() noexcept {
+    if (state_ == nullptr) return;
+    state_->release();
+    delete state_;
+    state_ = nullptr;
+    data_ = nullptr;
+}
+
+// ---- Copies and host accesses --------------------------------------------------------------------------
+
+namespace {
+PinnedState& non_empty_pinned(PinnedState* state, const char* what) {
+    if (state == nullptr)
+        throw Error(
+            fmt::format("{}: use of an empty (default-constructed or moved-from) PinnedBuffer", what));
+    return *state;
 }
 }  // namespace
 
-void PinnedAllocation::release() noexcept {
-    if (!device_) return;
-    if (last_copy_ != nullptr && capture_on_this_thread()) [[unlikely]] {
-        // Note [Capture overlay]: the capturing thread may not wait for the last copy (an event wait, or
-        // the context-wide fallback below, would invalidate the capture): the memory is freed once the copy's
-        // event has completed (Note [Deferred release]); without memory to queue it, it is leaked.
-        // Note: the hook waits in the queue of the copy's device, whose event it is.
-        auto* queued = new (std::nothrow) QueuedPinnedFree{device_, data_};
-        std::vector<EventRef> events;
-        auto* shared = new (std::nothrow) SharedEvent(*copy_device_, last_copy_, 0, 0);
-        try {
-            if (shared != nullptr) events.push_back(EventRef::adopt(shared));
-        } catch (...) {  // NOLINT(bugprone-empty-catch): handled below, as no memory for `queued`
-            EventRef::adopt(shared);  // gives the event back
-            shared = nullptr;
-        }
-        if (queued != nullptr && !events.empty()) {
-            copy_device_->releases().add(std::move(events), ReleaseHook{&free_queued_pinned, queued});
-        } else {
-            delete queued;
-            if (shared == nullptr) copy_device_->events().release(last_copy_);
-        }
-        last_copy_ = nullptr;
-        data_ = nullptr;
-        untracked_copy_ = false;
-        copy_device_.reset();
-        device_.reset();
-        return;
-    }
-    try {
-        synchronize();
-    } catch (const Error& error) {
-        copy_device_->defer(error);
-    } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory while describing the failure
-    }
-    if (last_copy_ != nullptr) {
-        // The wait for the last copy failed: wait for the whole device of the copy instead before the
-        // memory goes.
-        const auto scope = copy_device_->bind_or_defer();
-        const sys::Result waited = copy_device_->api().ctx_synchronize();
-        if (waited == sys::kSuccess) {
-            AtomicCounters::bump(copy_device_->counters().context_synchronizes);
-        } else {
-            copy_device_->defer(waited, sys::Entry::ctx_synchronize);
-            untracked_copy_ = true;
-        }
-        copy_device_->events().release(last_copy_);
-        last_copy_ = nullptr;
-    }
-    // Note: memory a copy may still be transferring into is leaked rather than freed under the DMA engine
-    // (the error that caused it is deferred); on a lost device nothing transfers any more.
-    const bool copy_stopped = !untracked_copy_ || (copy_device_ ? copy_device_ : device_)->lost();
-    if (data_ != nullptr && copy_stopped) {
-        const auto scope = device_->bind_or_defer();
-        device_->defer(device_->api().mem_free_host(data_), sys::Entry::mem_free_host);
-    }
-    data_ = nullptr;
-    untracked_copy_ = false;
-    copy_device_.reset();
-    device_.reset();
-}
-
-// Records the event that the destructor and synchronize() wait for. Note: the new event is recorded before
-// the previous one is given up, so a failing record never leaves a queued copy untracked: the copy is then
-// waited for on the host (counted) before the error is thrown, and if even that fails the memory is never
-// freed (see release()).
-// Note: the event comes from the stream's device (an event of one context cannot be recorded on another's
-// stream), with that device's context current, as for the copy itself.
-void PinnedAllocation::note_copy(Stream& stream) {
-    // Note [Capture overlay]: a captured copy runs at each replay; an event recorded inside the capture could
-    // not be waited for afterwards. Synchronize with the replay's stream instead.
-    if (detail::Internals::stream_state(stream).capture() != nullptr) return;
-    const std::shared_ptr<DeviceState> device =
-        detail::Internals::stream_state(stream).device().shared_from_this();
-    sys::Event event = nullptr;
-    try {
-        event = device->record_event(stream.native());
-    } catch (...) {
-        const sys::Result waited = device->api().stream_synchronize(stream.native());
-        if (waited == sys::kSuccess) {
-            AtomicCounters::bump(device->counters().stream_synchronizes);
-        } else {
-            untracked_copy_ = true;
-            copy_device_ = device;  // the device whose loss stops the untracked copy
-        }
-        device->rethrow_current();
-    }
-    if (last_copy_ != nullptr) copy_device_->events().release(last_copy_);
-    last_copy_ = event;
-    copy_device_ = device;
-}
-
-void PinnedAllocation::copy_from_device_async(Stream& stream, void* dst, Buffer* src_buffer,
-                                              DevicePtr src_ptr, std::size_t bytes) {
+void copy_device_to_pinned(Stream& stream, PinnedState* dst_state, std::size_t dst_offset, Buffer* src_buffer,
+                           DevicePtr src_ptr, std::size_t bytes) {
     if (bytes == 0) return;
-    Buffer& src = non_empty(src_buffer, "PinnedBuffer::copy_from_device_async");
+    const ProfilerRange range("cudarc: copy");  // Note [Profiler ranges]
+    Buffer& src = non_empty(src_buffer, "cudarc::copy (device to pinned)");
+    PinnedState& dst = non_empty_pinned(dst_state, "cudarc::copy (device to pinned)");
     StreamState& s = Internals::stream_state(stream);
     src.check_stream(s);
     Operation op(s);
     op.access(src.hazards(), static_cast<std::size_t>(src_ptr - src.ptr()), bytes, Access::read);
+    op.access(dst.hazards(), dst_offset, bytes, Access::write);
     op.order();
     DeviceState& device = s.device();
     const auto scope = device.bind();
-    device.check(device.api().memcpy_dtoh_async(dst, src_ptr, bytes, stream.native()), sys::Entry::memcpy_dtoh_async);
+    device.check(device.api().memcpy_dtoh_async(static_cast<std::byte*>(dst.data()) + dst_offset, src_ptr,
+                                                bytes, s.handle()),
+                 sys::Entry::memcpy_dtoh_async);
     op.complete();
-    note_copy(stream);
 }
 
-void PinnedAllocation::copy_to_device_async(Stream& stream, Buffer* dst_buffer, DevicePtr dst_ptr,
-                                            const void* src, std::size_t bytes) {
+void copy_pinned_to_device(Stream& stream, Buffer* dst_buffer, DevicePtr dst_ptr, PinnedState* src_state,
+                           std::size_t src_offset, std::size_t bytes) {
     if (bytes == 0) return;
-    Buffer& dst = non_empty(dst_buffer, "PinnedBuffer::copy_to_device_async");
+    const ProfilerRange range("cudarc: copy");
+    Buffer& dst = non_empty(dst_buffer, "cudarc::copy (pinned to device)");
+    PinnedState& src = non_empty_pinned(src_state, "cudarc::copy (pinned to device)");
     StreamState& s = Internals::stream_state(stream);
     dst.check_stream(s);
     Operation op(s);
     op.access(dst.hazards(), static_cast<std::size_t>(dst_ptr - dst.ptr()), bytes, Access::write);
+    op.access(src.hazards(), src_offset, bytes, Access::read);
     op.order();
     DeviceState& device = s.device();
     const auto scope = device.bind();
-    device.check(device.api().memcpy_htod_async(dst_ptr, src, bytes, stream.native()), sys::Entry::memcpy_htod_async);
+    device.check(device.api().memcpy_htod_async(
+                     dst_ptr, static_cast<const std::byte*>(src.data()) + src_offset, bytes, s.handle()),
+                 sys::Entry::memcpy_htod_async);
     op.complete();
-    note_copy(stream);
 }
 
-void PinnedAllocation::synchronize() {
-    if (last_copy_ == nullptr) return;
-    refuse_in_capture("PinnedBuffer::synchronize", "the driver refuses event waits from a capturing thread");
-    DeviceState& device = *copy_device_;
-    const auto scope = device.bind();
-    device.check(device.api().event_synchronize(last_copy_), sys::Entry::event_synchronize);
-    AtomicCounters::bump(device.counters().event_synchronizes);
-    device.events().release(last_copy_);
-    last_copy_ = nullptr;
+namespace {
+Needs host_needs(PinnedState& state, std::size_t offset, std::size_t bytes, HostAccess access) {
+    Needs needs;
+    state.hazards().collect_for_host(offset, bytes,
+                                     access == HostAccess::write ? Access::write : Access::read, needs);
+    return needs;
+}
+}  // namespace
+
+void pinned_wait(PinnedState* state, std::size_t offset, std::size_t bytes, HostAccess access) {
+    if (state == nullptr || bytes == 0) return;
+    const Needs needs = host_needs(*state, offset, bytes, access);
+    if (needs.empty()) return;
+    refuse_in_capture("PinnedBuffer::wait", "the driver refuses event waits from a capturing thread");
+    for (std::size_t i = 0; i < needs.size(); ++i) {
+        const EventRef event = needs[i].timeline->event_covering(needs[i].position);
+        if (!event) continue;
+        DeviceState& device = event->device();
+        const auto scope = device.bind();
+        device.check(device.api().event_synchronize(event->handle()), sys::Entry::event_synchronize);
+        AtomicCounters::bump(device.counters().event_synchronizes);
+    }
 }
 
-bool PinnedAllocation::ready() const {
-    if (last_copy_ == nullptr) return true;
+bool pinned_ready(PinnedState* state, std::size_t offset, std::size_t bytes, HostAccess access) {
+    if (state == nullptr || bytes == 0) return true;
+    const Needs needs = host_needs(*state, offset, bytes, access);
+    if (needs.empty()) return true;
     refuse_in_capture("PinnedBuffer::ready", "the driver refuses event queries from a capturing thread");
-    const DeviceState& device = *copy_device_;
-    const auto scope = device.bind();
-    const sys::Result r = device.api().event_query(last_copy_);
-    if (r == sys::kErrorNotReady) return false;
-    device.check(r, sys::Entry::event_query);
+    for (std::size_t i = 0; i < needs.size(); ++i) {
+        const EventRef event = needs[i].timeline->event_covering(needs[i].position);
+        if (!event) continue;
+        DeviceState& device = event->device();
+        const auto scope = device.bind();
+        const sys::Result r = device.api().event_query(event->handle());
+        if (r == sys::kErrorNotReady) return false;
+        device.check(r, sys::Entry::event_query);
+    }
     return true;
 }
 

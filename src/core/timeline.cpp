@@ -1,5 +1,6 @@
 // Note [Stream timelines] (core/timeline.hpp).
 #include "core/timeline.hpp"
+#include "core/profiler.hpp"
 
 #include <fmt/format.h>
 
@@ -142,6 +143,10 @@ void Timeline::wait_for(Timeline& other, std::uint64_t position) {
     if (!event) return;  // retired, its work known complete
     DeviceState& device = stream_.device();
     {
+        // Note [Profiler ranges]
+        profiler_push("cudarc: hazard wait", "cudarc: hazard wait: stream %p waits for stream %p",
+                      static_cast<void*>(stream_.handle()), static_cast<void*>(other.stream_.handle()));
+        const ProfilerPop pop;
         const auto scope = device.bind();
         device.wait_event(stream_.handle(), event->handle());
     }

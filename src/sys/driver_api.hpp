@@ -188,6 +188,31 @@ inline constexpr int kMemLocationTypeDevice = 1;            // CU_MEM_LOCATION_T
 inline constexpr int kMemAccessFlagsProtReadWrite = 3;      // CU_MEM_ACCESS_FLAGS_PROT_READWRITE
 inline constexpr int kMemAllocationGranularityMinimum = 0;  // CU_MEM_ALLOC_GRANULARITY_MINIMUM
 
+// cuLaunchHostFunc's callback (CUhostFn).
+using HostFn = void (*)(void* data);
+inline constexpr unsigned kMemHostRegisterPortable = 0x1;  // CU_MEMHOSTREGISTER_PORTABLE
+
+// CUDA_MEMCPY2D (the v2 layout cuMemcpy2DAsync takes at API version 12000).
+struct Memcpy2D {
+    std::size_t src_x_in_bytes = 0;
+    std::size_t src_y = 0;
+    int src_memory_type = 0;
+    const void* src_host = nullptr;
+    DevicePtr src_device = 0;
+    void* src_array = nullptr;
+    std::size_t src_pitch = 0;
+    std::size_t dst_x_in_bytes = 0;
+    std::size_t dst_y = 0;
+    int dst_memory_type = 0;
+    void* dst_host = nullptr;
+    DevicePtr dst_device = 0;
+    void* dst_array = nullptr;
+    std::size_t dst_pitch = 0;
+    std::size_t width_in_bytes = 0;
+    std::size_t height = 0;
+};
+static_assert(sizeof(Memcpy2D) == 128, "CUDA_MEMCPY2D is 128 bytes");
+
 struct LaunchConfig {
     unsigned grid_x, grid_y, grid_z;
     unsigned block_x, block_y, block_z;

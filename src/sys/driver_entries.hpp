@@ -85,6 +85,9 @@
       Result(Stream stream, int mode))                                                                       \
     X(stream_end_capture, "cuStreamEndCapture", "hipStreamEndCapture", required, 12000,                      \
       Result(Stream stream, Graph* graph))                                                                   \
+    /* Runs fn(data) in stream order on a driver thread (Stream::host_function); fn must not call CUDA. */   \
+    X(launch_host_func, "cuLaunchHostFunc", "hipLaunchHostFunc", optional, 12000,                            \
+      Result(Stream stream, HostFn fn, void* data))                                                          \
     /* Events */                                                                                             \
     X(event_create, "cuEventCreate", "hipEventCreateWithFlags", required, 12000,                             \
       Result(Event* event, unsigned flags))                                                                  \
@@ -116,6 +119,17 @@
     X(mem_host_alloc, "cuMemHostAlloc", "hipHostMalloc", required, 12000,                                    \
       Result(void** ptr, std::size_t bytes, unsigned flags))                                                 \
     X(mem_free_host, "cuMemFreeHost", "hipHostFree", required, 12000, Result(void* ptr))                     \
+    /* Page-locks existing host memory (PinnedBuffer::register_memory); flags: kMemHostRegisterPortable. */  \
+    X(mem_host_register, "cuMemHostRegister", "hipHostRegister", optional, 12000,                            \
+      Result(void* ptr, std::size_t bytes, unsigned flags))                                                  \
+    X(mem_host_unregister, "cuMemHostUnregister", "hipHostUnregister", optional, 12000, Result(void* ptr))   \
+    /* cuMemAllocPitch: for callers of the table (PitchedSlice takes its rows from the memory source, */     \
+    /* at the driver's 512-byte pitch); cuMemcpy2DAsync: cudarc::copy_2d. */                                 \
+    X(mem_alloc_pitch, "cuMemAllocPitch", "hipMemAllocPitch", optional, 12000,                               \
+      Result(DevicePtr* ptr, std::size_t* pitch, std::size_t width_bytes, std::size_t height,                \
+             unsigned element_bytes))                                                                        \
+    X(memcpy_2d_async, "cuMemcpy2DAsync", "hipMemcpy2DAsync", optional, 12000,                               \
+      Result(const Memcpy2D* copy, Stream stream))                                                           \
     X(memcpy_htod_async, "cuMemcpyHtoDAsync", "hipMemcpyHtoDAsync", required, 12000,                         \
       Result(DevicePtr dst, const void* src, std::size_t bytes, Stream stream))                              \
     X(memcpy_dtoh_async, "cuMemcpyDtoHAsync", "hipMemcpyDtoHAsync", required, 12000,                         \

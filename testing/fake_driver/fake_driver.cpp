@@ -71,6 +71,10 @@ constexpr ErrorName kErrorNames[] = {
     {701, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES", "too many resources requested for launch"},
     {702, "CUDA_ERROR_LAUNCH_TIMEOUT", "the launch timed out and was terminated"},
     {704, "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED", "peer access is already enabled"},
+    {712, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED",
+     "part or all of the requested memory range is already mapped"},
+    {713, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED",
+     "pointer does not correspond to a registered memory region"},
     {715, "CUDA_ERROR_ILLEGAL_INSTRUCTION", "an illegal instruction was encountered"},
     {716, "CUDA_ERROR_MISALIGNED_ADDRESS", "misaligned address"},
     {719, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
@@ -203,7 +207,8 @@ struct FakeDriver::Impl {
     };
     // `reserved`: an address range of cuMemAddressReserve (mmap'ed without access), usable only where a
     // mapping covers it and its access was set.
-    enum class MemoryKind { device, managed, pool, host, reserved };
+    // `registered`: host memory the caller owns, page-locked by cuMemHostRegister (never freed here).
+    enum class MemoryKind { device, managed, pool, host, reserved, registered };
     struct Allocation {
         std::size_t size = 0;
         int ordinal = 0;
@@ -390,7 +395,7 @@ struct FakeDriver::Impl {
     }
     bool device_range(std::uintptr_t ptr, std::size_t bytes, const char* call) {
         Allocation* a = find_memory(ptr, bytes);
-        if (a != nullptr && a->live && a->kind != MemoryKind::host &&
+        if (a != nullptr && a->live && a->kind != MemoryKind::host && a->kind != MemoryKind::registered &&
             (a->kind != MemoryKind::reserved || accessible(ptr, bytes)))
             return true;
         violation(fmt::format("{}: [{:#x}, +{}) is not inside live device memory", call, ptr, bytes));
@@ -398,7 +403,7 @@ struct FakeDriver::Impl {
     }
     bool is_page_locked(std::uintptr_t ptr, std::size_t bytes) {
         Allocation* a = find_memory(ptr, bytes);
-        return a != nullptr && a->live && a->kind == MemoryKind::host;
+        return a != nullptr && a->live && (a->kind == MemoryKind::host || a->kind == MemoryKind::registered);
     }
     sys::Result allocate(std::size_t bytes, int ordinal, MemoryKind kind, std::uintptr_t& out) {
         Device& device = devices[static_cast<std::size_t>(ordinal)];
@@ -421,9 +426,10 @@ struct FakeDriver::Impl {
         }
     }
     void release_memory(std::map<std::uintptr_t, Allocation>::iterator it) {
-        if (it->second.kind != MemoryKind::host && it->second.kind != MemoryKind::reserved)
+        if (it->second.kind != MemoryKind::host && it->second.kind != MemoryKind::reserved &&
+            it->second.kind != MemoryKind::registered)
             devices[static_cast<std::size_t>(it->second.ordinal)].used -= it->second.size;
-        free_storage(it->second);
+        if (it->second.kind != MemoryKind::registered) free_storage(it->second);
         memory.erase(it);
     }
     // Physical memory of cuMemCreate goes back once it is released and no longer mapped.
@@ -1085,6 +1091,54 @@ sys::Result mem_free_host(Impl& d, void* ptr) {
     return sys::kSuccess;
 }
 
+// A violation for each queued op that still uses host memory [start, start + size) (`call` frees it).
+void check_no_queued_host_use(Impl& d, std::uintptr_t start, std::size_t size, const char* call) {
+    for (const auto& [id, stream] : d.streams) {
+        for (const Impl::Op& op : stream.queue) {
+            for (const auto& [address, bytes] : op.host_ranges) {
+                if (address < start + size && start < address + bytes) {
+                    d.violation(
+                        fmt::format("{} of {:#x} while a queued {} still uses it (the copy was never "
+                                    "waited for)",
+                                    call, start, op.what));
+                }
+            }
+        }
+    }
+}
+sys::Result mem_host_register(Impl& d, void* ptr, std::size_t bytes, unsigned) {
+    std::uint64_t context = 0;
+    if (const sys::Result r = d.use_current(context)) return r;
+    if (ptr == nullptr || bytes == 0) return sys::kErrorInvalidValue;
+    const auto start = reinterpret_cast<std::uintptr_t>(ptr);
+    auto it = d.memory.upper_bound(start + bytes - 1);
+    if (it != d.memory.begin()) {
+        --it;
+        if (it->first + it->second.size > start) return 712;  // CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
+    }
+    d.memory[start] = Impl::Allocation{bytes, d.ordinal_of_context(context), Impl::MemoryKind::registered,
+                                       true,  static_cast<std::byte*>(ptr),  context};
+    return sys::kSuccess;
+}
+sys::Result mem_host_unregister(Impl& d, void* ptr) {
+    const auto it = d.memory.find(reinterpret_cast<std::uintptr_t>(ptr));
+    if (it == d.memory.end() || it->second.kind != Impl::MemoryKind::registered)
+        return 713;  // CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED
+    check_no_queued_host_use(d, it->first, it->second.size, "cuMemHostUnregister");
+    d.release_memory(it);
+    return sys::kSuccess;
+}
+sys::Result mem_alloc_pitch(Impl& d, DevicePtr* ptr, std::size_t* pitch, std::size_t width_bytes,
+                            std::size_t height, unsigned element_bytes) {
+    if (width_bytes == 0 || height == 0 || (element_bytes != 4 && element_bytes != 8 && element_bytes != 16))
+        return sys::kErrorInvalidValue;
+    const std::size_t rounded = round_up(width_bytes, 512);  // the fake's pitch alignment
+    if (height > SIZE_MAX / rounded) return sys::kErrorOutOfMemory;
+    if (const sys::Result r = allocate_current(d, ptr, rounded * height, Impl::MemoryKind::device)) return r;
+    *pitch = rounded;
+    return sys::kSuccess;
+}
+
 // Checks the stream of a copy or memset; returns it or null with `error` set.
 Impl::Stream* copy_stream(Impl& d, sys::Stream stream, sys::Result& error) {
     Impl::Stream* s = d.find_stream(stream, error);
@@ -1176,6 +1230,80 @@ sys::Result memcpy_dtod_async(Impl& d, DevicePtr dst, DevicePtr src, std::size_t
     d.enqueue(*s, std::move(op));
     return sys::kSuccess;
 }
+// Rows of `width` bytes, `pitch` apart: host (page-locked or pageable) or device memory, checked row by row.
+sys::Result memcpy_2d_async(Impl& d, const sys::Memcpy2D* copy, sys::Stream stream) {
+    sys::Result error = sys::kSuccess;
+    Impl::Stream* s = copy_stream(d, stream, error);
+    if (s == nullptr) return error;
+    const sys::Memcpy2D c = *copy;
+    if (c.src_array != nullptr || c.dst_array != nullptr) return sys::kErrorInvalidValue;
+    if (c.width_in_bytes == 0 || c.height == 0) return sys::kSuccess;
+    if (c.src_pitch < c.width_in_bytes + c.src_x_in_bytes ||
+        c.dst_pitch < c.width_in_bytes + c.dst_x_in_bytes)
+        return sys::kErrorInvalidValue;
+    const auto is_host = [](int type) { return type == static_cast<int>(sys::kMemoryTypeHost); };
+    const auto base = [&](int type, const void* host, DevicePtr device, std::size_t x, std::size_t y,
+                          std::size_t pitch) {
+        return (is_host(type) ? reinterpret_cast<std::uintptr_t>(host)
+                              : static_cast<std::uintptr_t>(device)) +
+               y * pitch + x;
+    };
+    const std::uintptr_t from =
+        base(c.src_memory_type, c.src_host, c.src_device, c.src_x_in_bytes, c.src_y, c.src_pitch);
+    const std::uintptr_t to =
+        base(c.dst_memory_type, c.dst_host, c.dst_device, c.dst_x_in_bytes, c.dst_y, c.dst_pitch);
+    const std::size_t src_span = (c.height - 1) * c.src_pitch + c.width_in_bytes;
+    const std::size_t dst_span = (c.height - 1) * c.dst_pitch + c.width_in_bytes;
+    if (!is_host(c.src_memory_type) && !d.device_range(from, src_span, "cuMemcpy2DAsync"))
+        return sys::kErrorInvalidValue;
+    if (!is_host(c.dst_memory_type) && !d.device_range(to, dst_span, "cuMemcpy2DAsync"))
+        return sys::kErrorInvalidValue;
+    Impl::Op op;
+    op.what = "cuMemcpy2DAsync";
+    const bool src_locked = is_host(c.src_memory_type) && d.is_page_locked(from, src_span);
+    const bool dst_locked = is_host(c.dst_memory_type) && d.is_page_locked(to, dst_span);
+    const bool dst_pageable = is_host(c.dst_memory_type) && !dst_locked;
+    if (src_locked) op.host_ranges.emplace_back(from, src_span);
+    if (dst_locked) op.host_ranges.emplace_back(to, dst_span);
+    std::shared_ptr<std::vector<std::byte>> staged;
+    if (is_host(c.src_memory_type) && !src_locked) {
+        // Note: from pageable memory the driver stages the rows before returning.
+        staged = std::make_shared<std::vector<std::byte>>(c.width_in_bytes * c.height);
+        for (std::size_t row = 0; row < c.height; ++row)
+            std::memcpy(staged->data() + row * c.width_in_bytes,
+                        reinterpret_cast<const void*>(from + row * c.src_pitch), c.width_in_bytes);
+    }
+    const bool check_src = !is_host(c.src_memory_type) || src_locked;
+    const bool check_dst = !dst_pageable;
+    op.run = [&d, c, from, to, src_span, dst_span, staged, check_src, check_dst] {
+        if ((check_src && !staged && d.span(from, src_span).empty()) ||
+            (check_dst && d.span(to, dst_span).empty())) {
+            d.violation("cuMemcpy2DAsync ran on memory freed after it was enqueued");
+            return;
+        }
+        for (std::size_t row = 0; row < c.height; ++row) {
+            const void* source = staged ? static_cast<const void*>(staged->data() + row * c.width_in_bytes)
+                                        : reinterpret_cast<const void*>(from + row * c.src_pitch);
+            std::memmove(reinterpret_cast<void*>(to + row * c.dst_pitch), source, c.width_in_bytes);
+        }
+    };
+    d.enqueue(*s, std::move(op));
+    if (dst_pageable && s->capture == 0) d.finish_all();  // into pageable memory the copy blocks
+    return sys::kSuccess;
+}
+// Runs fn(data) when the stream's turn comes (on whichever thread pumps the queue, with the lock held: the
+// callback must not call the driver, as on a real one).
+sys::Result launch_host_func(Impl& d, sys::Stream stream, sys::HostFn fn, void* data) {
+    sys::Result error = sys::kSuccess;
+    Impl::Stream* s = copy_stream(d, stream, error);
+    if (s == nullptr) return error;
+    if (fn == nullptr) return sys::kErrorInvalidValue;
+    Impl::Op op;
+    op.what = "cuLaunchHostFunc";
+    op.run = [fn, data] { fn(data); };
+    d.enqueue(*s, std::move(op));
+    return sys::kSuccess;
+}
 sys::Result memcpy_peer_async(Impl& d, DevicePtr dst, sys::Context dst_context, DevicePtr src,
                               sys::Context src_context, std::size_t bytes, sys::Stream stream) {
     sys::Result error = sys::kSuccess;
@@ -1258,7 +1386,9 @@ sys::Result pointer_get_attributes(Impl& d, unsigned count, int* attributes, voi
             case sys::kPointerAttributeMemoryType: {
                 unsigned type = 0;
                 if (a != nullptr)
-                    type = a->kind == Impl::MemoryKind::host ? sys::kMemoryTypeHost : sys::kMemoryTypeDevice;
+                    type = a->kind == Impl::MemoryKind::host || a->kind == Impl::MemoryKind::registered
+                               ? sys::kMemoryTypeHost
+                               : sys::kMemoryTypeDevice;
                 std::memcpy(data[i], &type, sizeof type);
                 break;
             }
@@ -1834,6 +1964,7 @@ LiveCounts FakeDriver::live() const {
                 if (a.live) ++c.pool_chunks;
                 break;
             case Impl::MemoryKind::host:
+            case Impl::MemoryKind::registered:
                 ++c.host_allocations;
                 break;
             case Impl::MemoryKind::reserved:

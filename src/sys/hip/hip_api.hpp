@@ -94,6 +94,14 @@ struct HipEntryPoints {
                                    HipStream stream) = nullptr;
     HipError (*host_malloc)(void** ptr, std::size_t bytes, unsigned flags) = nullptr;
     HipError (*host_free)(void* ptr) = nullptr;
+    HipError (*host_register)(void* ptr, std::size_t bytes, unsigned flags) = nullptr;
+    HipError (*host_unregister)(void* ptr) = nullptr;
+    HipError (*mem_alloc_pitch)(void** ptr, std::size_t* pitch, std::size_t width_bytes, std::size_t height,
+                                unsigned element_bytes) = nullptr;
+    // hipMemcpy2DAsync(dst, dpitch, src, spitch, width, height, kind, stream); kind 4 is hipMemcpyDefault.
+    HipError (*memcpy_2d_async)(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+                                std::size_t width, std::size_t height, int kind, HipStream stream) = nullptr;
+    HipError (*launch_host_func)(HipStream stream, void (*fn)(void*), void* data) = nullptr;
     HipError (*memcpy_htod_async)(void* dst, const void* src, std::size_t bytes, HipStream stream) = nullptr;
     HipError (*memcpy_dtoh_async)(void* dst, void* src, std::size_t bytes, HipStream stream) = nullptr;
     HipError (*memcpy_dtod_async)(void* dst, void* src, std::size_t bytes, HipStream stream) = nullptr;

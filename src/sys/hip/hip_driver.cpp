@@ -337,6 +337,33 @@ Result mem_alloc_managed(DevicePtr* ptr, std::size_t bytes, unsigned flags) {
 Result mem_prefetch_async(DevicePtr ptr, std::size_t bytes, Device device, Stream stream) {
     return hip_entry().mem_prefetch_async(as_pointer(ptr), bytes, device, native(stream));
 }
+Result mem_alloc_pitch(DevicePtr* ptr, std::size_t* pitch, std::size_t width_bytes, std::size_t height,
+                       unsigned element_bytes) {
+    void* allocated = nullptr;
+    const Result result = hip_entry().mem_alloc_pitch(&allocated, pitch, width_bytes, height, element_bytes);
+    if (result == kSuccess) *ptr = as_device_ptr(allocated);
+    return result;
+}
+// Note: host and device addresses share one space under HIP's unified addressing: hipMemcpyDefault (4)
+// lets the runtime tell them apart.
+Result memcpy_2d_async(const Memcpy2D* copy, Stream stream) {
+    if (copy->src_array != nullptr || copy->dst_array != nullptr) return kErrorInvalidValue;
+    const auto address = [](int type, const void* host, DevicePtr device, std::size_t x, std::size_t y,
+                            std::size_t pitch) {
+        const auto* base =
+            static_cast<const char*>(type == static_cast<int>(kMemoryTypeHost) ? host : as_pointer(device));
+        return base + y * pitch + x;
+    };
+    const char* src = address(copy->src_memory_type, copy->src_host, copy->src_device, copy->src_x_in_bytes,
+                              copy->src_y, copy->src_pitch);
+    const char* dst = address(copy->dst_memory_type, copy->dst_host, copy->dst_device, copy->dst_x_in_bytes,
+                              copy->dst_y, copy->dst_pitch);
+    return hip_entry().memcpy_2d_async(const_cast<char*>(dst), copy->dst_pitch, src, copy->src_pitch,
+                                       copy->width_in_bytes, copy->height, 4, native(stream));
+}
+Result launch_host_func(Stream stream, HostFn fn, void* data) {
+    return hip_entry().launch_host_func(native(stream), fn, data);
+}
 Result memcpy_htod_async(DevicePtr dst, const void* src, std::size_t bytes, Stream stream) {
     return hip_entry().memcpy_htod_async(as_pointer(dst), src, bytes, native(stream));
 }
@@ -530,6 +557,11 @@ HipEntryPoints resolve_entry_points(const DynamicLibrary& library, std::vector<s
     resolve(hip.mem_prefetch_async, "hipMemPrefetchAsync", false);
     resolve(hip.host_malloc, "hipHostMalloc");
     resolve(hip.host_free, "hipHostFree");
+    resolve(hip.host_register, "hipHostRegister", false);
+    resolve(hip.host_unregister, "hipHostUnregister", false);
+    resolve(hip.mem_alloc_pitch, "hipMemAllocPitch", false);
+    resolve(hip.memcpy_2d_async, "hipMemcpy2DAsync", false);
+    resolve(hip.launch_host_func, "hipLaunchHostFunc", false);
     resolve(hip.memcpy_htod_async, "hipMemcpyHtoDAsync");
     resolve(hip.memcpy_dtoh_async, "hipMemcpyDtoHAsync");
     resolve(hip.memcpy_dtod_async, "hipMemcpyDtoDAsync");
@@ -586,6 +618,8 @@ void fill_table(const HipEntryPoints& hip, DriverApi& api) {
     api.mem_get_info = hip.mem_get_info;
     api.mem_host_alloc = hip.host_malloc;  // hipHostMallocPortable/Mapped/WriteCombined = CUDA's 1/2/4
     api.mem_free_host = hip.host_free;
+    api.mem_host_register = hip.host_register;  // hipHostRegisterPortable = CUDA's 1; may be null
+    api.mem_host_unregister = hip.host_unregister;
 
     api.driver_get_version = driver_get_version;
     api.get_error_name = get_error_name;
@@ -608,6 +642,9 @@ void fill_table(const HipEntryPoints& hip, DriverApi& api) {
     install(api.stream_is_capturing, stream_is_capturing, hip.stream_is_capturing);
     install(api.stream_begin_capture, stream_begin_capture, hip.stream_begin_capture);
     install(api.stream_end_capture, stream_end_capture, hip.stream_end_capture);
+    install(api.mem_alloc_pitch, mem_alloc_pitch, hip.mem_alloc_pitch);
+    install(api.memcpy_2d_async, memcpy_2d_async, hip.memcpy_2d_async);
+    install(api.launch_host_func, launch_host_func, hip.launch_host_func);
     api.event_create = event_create;
     api.event_destroy = event_destroy;
     api.event_record = event_record;
