@@ -45,9 +45,13 @@ template <typename... Args>
 void profiler_push(const char* fallback, const char* format, Args... args) noexcept {
 #if CUDARC_HAVE_NVTX
     if (profiler_attached()) {
-        char name[128];
-        std::snprintf(name, sizeof name, format, args...);
-        nvtxRangePushA(name);
+        if constexpr (sizeof...(Args) == 0) {
+            nvtxRangePushA(format);  // nothing to format
+        } else {
+            char name[128];
+            std::snprintf(name, sizeof name, format, args...);
+            nvtxRangePushA(name);
+        }
     } else {
         nvtxRangePushA(fallback);
     }
