@@ -1,19 +1,16 @@
 // cudarc-info: lists the GPUs cudarc can see, the driver, memory and compute capability.
 // Without a driver, or with a driver that sees no device, it says what it found and exits with status 1.
 #include <fmt/format.h>
-#include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <exception>
+#include <iostream>
 
 #include "cudarc/cudarc.hpp"
 #include "cudarc/fmt.hpp"
+#include "info_cli.hpp"
 
 namespace {
-
-constexpr const char* kFooter = R"(
-Exit status: 0 devices listed; 1 no usable GPU (no driver, or no device: the message says which);
-2 bad command line; 3 a device failed while being described.)";
 
 int list_devices() {
     int count = 0;
@@ -54,14 +51,7 @@ int list_devices() {
 }  // namespace
 
 int main(int argc, char** argv) {
-    CLI::App app{"cudarc-info: lists the GPUs cudarc can see, with the driver, memory and compute capability",
-                 "cudarc-info"};
-    app.set_version_flag("--version", fmt::format("cudarc-info {}", cudarc::version()));
-    app.footer(kFooter);
-    try {
-        app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
-        return app.exit(e) == 0 ? 0 : 2;
-    }
+    if (const auto status = cudarc::tools::parse_info_command_line(argc, argv, std::cout, std::cerr))
+        return *status;
     return list_devices();
 }

@@ -3,7 +3,6 @@
 // PTX or CUBIN next to the input.
 #include <fmt/format.h>
 #include <fmt/ranges.h>  // fmt::join (in fmt/format.h before fmt 11)
-#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -11,6 +10,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <iterator>
 #include <map>
 #include <optional>
@@ -24,96 +24,14 @@
 #include "cudarc/nvrtc.hpp"
 #include "cudarc/ptxas_report.hpp"
 #include "cudarc/version.hpp"
+#include "nvrtc_cli.hpp"
 #include "sys/driver_api.hpp"
 
 namespace {
 
-constexpr const char* kDescription =
-    R"(cudarc-nvrtc: compiles FILE.cu with NVRTC, prints the compiler's log and, for CUBIN, each kernel's registers and
-static shared memory, and writes FILE.cubin or FILE.ptx next to FILE.cu.)";
-
-constexpr const char* kFooter = R"(
-Any other option starting with '-' goes to NVRTC unchanged, e.g. --use_fast_math, --generate-line-info,
---maxrregcount=64 (see NVRTC's documentation for the list).
-The kernels shipped with cudarc (kernels/*.cuh) are available to #include by name.
-Exit status: 0 compiled, 1 the compiler rejected the source or options, 2 bad command line.)";
-
-enum class Output { from_arch, ptx, cubin };
-
-struct Arguments {
-    std::string file;
-    std::string arch;
-    Output output = Output::from_arch;
-    std::string output_path;
-    cudarc::CompileOptions options;
-    std::vector<std::string> name_expressions;
-};
-
-struct UsageError {
-    std::string message;
-};
-
-// cudarc-nvrtc's own options, as they may be spelt; every other argument that starts with '-' is NVRTC's.
-bool is_own_option(std::string_view arg) {
-    for (std::string_view exact :
-         {"-h", "--help", "--version", "--ptx", "--cubin", "--arch", "-e", "--name-expression", "-o"}) {
-        if (arg == exact) return true;
-    }
-    for (std::string_view prefix : {"--arch=", "--name-expression=", "--std=", "-D", "-I"}) {
-        if (arg.starts_with(prefix)) return true;
-    }
-    return false;
-}
-
-// Parses with CLI11 after setting NVRTC's options aside. nvcc's single-dash spellings -arch and -std are
-// taken as --arch and --std.
-Arguments parse(CLI::App& app, int argc, char** argv) {
-    std::vector<std::string> ours;
-    Arguments out;
-    for (int i = 1; i < argc; ++i) {
-        std::string arg = argv[i];
-        if (arg == "-arch" || arg.starts_with("-arch=") || arg.starts_with("-std=")) arg.insert(0, "-");
-        if (arg.size() > 1 && arg[0] == '-' && !is_own_option(arg)) {
-            out.options.extra.push_back(arg);
-        } else {
-            ours.push_back(std::move(arg));
-        }
-    }
-    std::vector<std::string> defines;
-    std::vector<std::string> includes;
-    bool ptx = false;
-    bool cubin = false;
-    app.add_option("file", out.file, "the CUDA source to compile");
-    app.add_option("--arch", out.arch,
-                   "sm_XY (CUBIN, e.g. sm_90) or compute_XY (PTX, e.g. compute_90); default: the GPU present "
-                   "(device 0), else sm_90");
-    app.add_flag("--cubin", cubin, "write CUBIN (turns a compute_XY arch into sm_XY)");
-    app.add_flag("--ptx", ptx, "write PTX (turns an sm_XY arch into compute_XY)");
-    app.add_option("-D", defines, "define a macro: -DNAME[=VALUE] or -D NAME[=VALUE]")
-        ->allow_extra_args(false);
-    app.add_option("-I", includes,
-                   "add an include folder: -IDIR or -I DIR; FILE's own folder is always searched")
-        ->allow_extra_args(false);
-    app.add_option("--std", out.options.cpp_standard, "C++ standard, e.g. --std=c++20")
-        ->capture_default_str();
-    app.add_option("-e,--name-expression", out.name_expressions,
-                   "instantiate a template, e.g. -e \"scale<float>\", and print its lowered name")
-        ->allow_extra_args(false);
-    app.add_option("-o", out.output_path, "write the output to this path instead");
-    app.get_option("--cubin")->excludes(app.get_option("--ptx"));
-    std::reverse(ours.begin(), ours.end());  // CLI11 takes its arguments last first
-    app.parse(ours);
-    if (out.file.empty()) throw UsageError{"no input file"};
-    if (ptx) out.output = Output::ptx;
-    if (cubin) out.output = Output::cubin;
-    for (const std::string& define : defines) {
-        const auto eq = define.find('=');
-        out.options.defines.emplace_back(define.substr(0, eq),
-                                         eq == std::string::npos ? std::string() : define.substr(eq + 1));
-    }
-    out.options.include_paths = includes;
-    return out;
-}
+using cudarc::tools::NvrtcArguments;
+using cudarc::tools::NvrtcOutput;
+using cudarc::tools::UsageError;
 
 // sm_XY of device 0, when a driver and a GPU are present.
 std::optional<std::string> present_gpu_arch() {
@@ -135,12 +53,12 @@ std::optional<std::string> present_gpu_arch() {
 }
 
 // "sm_90" <-> "compute_90" as --ptx / --cubin ask.
-std::string arch_for_output(std::string arch, Output output) {
+std::string arch_for_output(std::string arch, NvrtcOutput output) {
     auto swap_prefix = [&](std::string_view from, std::string_view to) {
         if (std::string_view(arch).starts_with(from)) arch = std::string(to) + arch.substr(from.size());
     };
-    if (output == Output::ptx) swap_prefix("sm_", "compute_");
-    if (output == Output::cubin) swap_prefix("compute_", "sm_");
+    if (output == NvrtcOutput::ptx) swap_prefix("sm_", "compute_");
+    if (output == NvrtcOutput::cubin) swap_prefix("compute_", "sm_");
     return arch;
 }
 
@@ -198,7 +116,7 @@ void print_report(const std::vector<cudarc::KernelResourceUsage>& kernels,
     }
 }
 
-int run(const Arguments& args) {
+int run(const NvrtcArguments& args) {
     std::string arch = args.arch;
     if (arch.empty()) {
         if (auto present = present_gpu_arch()) {
@@ -290,20 +208,10 @@ int run(const Arguments& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    CLI::App app{kDescription, "cudarc-nvrtc"};
-    app.set_version_flag("--version", fmt::format("cudarc-nvrtc {}", cudarc::version()));
-    app.footer(kFooter);
-    Arguments args;
+    auto parsed = cudarc::tools::parse_nvrtc_command_line(argc, argv, std::cout, std::cerr);
+    if (const int* status = std::get_if<int>(&parsed)) return *status;
     try {
-        args = parse(app, argc, argv);
-    } catch (const CLI::ParseError& e) {
-        return app.exit(e) == 0 ? 0 : 2;
-    } catch (const UsageError& e) {
-        fmt::print(stderr, "cudarc-nvrtc: {}\nRun with --help for more information.\n", e.message);
-        return 2;
-    }
-    try {
-        return run(args);
+        return run(std::get<cudarc::tools::NvrtcArguments>(parsed));
     } catch (const UsageError& e) {
         fmt::print(stderr, "cudarc-nvrtc: {}\n", e.message);
         return 2;

@@ -70,6 +70,8 @@ struct DlpackElement {
 struct DlpackSource {
     dlpack::DLManagedTensorVersioned* versioned = nullptr;
     dlpack::DLManagedTensor* legacy = nullptr;
+    // Runs the tensor's deleter through the declaration the caller used (as_source); null: cudarc's own.
+    void (*run_deleter)(void* tensor) noexcept = nullptr;
 };
 
 /// A checked tensor: its first element's address and its element count.
@@ -111,16 +113,25 @@ concept dlpack_legacy = !dlpack_versioned<M> && requires(M m) {
     m.deleter;
 };
 
+// Calls M's deleter as M declares it: a framework's deleter called through cudarc's function pointer type
+// (another type, however alike) would be undefined behaviour, which UBSan's -fsanitize=function reports.
+template <typename M>
+void run_deleter_of(void* tensor) noexcept {
+    auto* managed = static_cast<M*>(tensor);
+    if (managed->deleter != nullptr) managed->deleter(managed);
+}
+
 template <typename M>
 DlpackSource as_source(M* tensor) noexcept {
     if constexpr (dlpack_versioned<M>) {
         static_assert(std::is_standard_layout_v<M> && sizeof(M) == sizeof(dlpack::DLManagedTensorVersioned),
                       "cudarc::from_dlpack: this DLManagedTensorVersioned does not have DLPack 1.x's layout");
-        return DlpackSource{reinterpret_cast<dlpack::DLManagedTensorVersioned*>(tensor), nullptr};
+        return DlpackSource{reinterpret_cast<dlpack::DLManagedTensorVersioned*>(tensor), nullptr,
+                            &run_deleter_of<M>};
     } else {
         static_assert(std::is_standard_layout_v<M> && sizeof(M) == sizeof(dlpack::DLManagedTensor),
                       "cudarc::from_dlpack: this DLManagedTensor does not have DLPack's layout");
-        return DlpackSource{nullptr, reinterpret_cast<dlpack::DLManagedTensor*>(tensor)};
+        return DlpackSource{nullptr, reinterpret_cast<dlpack::DLManagedTensor*>(tensor), &run_deleter_of<M>};
     }
 }
 

@@ -84,7 +84,17 @@ DeviceState::DeviceState(const sys::DriverApi& api, int ordinal, const DeviceOpt
             std::make_unique<Stream>(Internals::make_stream(nullptr, std::move(state), nullptr));
         memory_ = make_memory_source(*this, memory_source_, options.allocator);
     } catch (...) {
-        default_stream_.reset();
+        // What the destructor does, for the parts made so far, before the members go: the pools' destroys
+        // report failures into deferred_ and lost_cause_, which are destroyed before the pools are (a write
+        // into them then leaked, LSan found), and they must run before the context is released.
+        {
+            const ContextScope scope = bind_or_defer();
+            releases_.drain();
+            default_stream_.reset();
+            memory_.reset();
+            streams_.clear();
+            events_.clear();
+        }
         api_.device_primary_ctx_release(device_);
         throw;
     }

@@ -24,6 +24,8 @@ void call_legacy_deleter(void* tensor) noexcept {
 }
 
 ReleaseHook deleter_of(DlpackSource source) noexcept {
+    void* tensor = source.versioned != nullptr ? static_cast<void*>(source.versioned) : source.legacy;
+    if (source.run_deleter != nullptr && tensor != nullptr) return ReleaseHook{source.run_deleter, tensor};
     if (source.versioned != nullptr) return ReleaseHook{&call_versioned_deleter, source.versioned};
     if (source.legacy != nullptr) return ReleaseHook{&call_legacy_deleter, source.legacy};
     return {};

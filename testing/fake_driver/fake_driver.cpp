@@ -1945,6 +1945,11 @@ std::vector<LaunchRecord> FakeDriver::launches() const {
     return impl_->launches;
 }
 
+void FakeDriver::clear_launches() {
+    Lock lock(impl_->mutex);
+    impl_->launches.clear();
+}
+
 void FakeDriver::lose_device(int ordinal, sys::Result result) {
     Lock lock(impl_->mutex);
     impl_->devices.at(static_cast<std::size_t>(ordinal)).lost = result;

@@ -153,6 +153,8 @@ class FakeDriver {
     void define_kernel(const std::string& name, std::vector<std::size_t> parameter_sizes,
                        KernelBody body = {});
     [[nodiscard]] std::vector<LaunchRecord> launches() const;
+    // Forgets the launches recorded so far (a long fuzzing run would otherwise keep every one).
+    void clear_launches();
 
     // --- Errors ----------------------------------------------------------------------------------------
     // Device `ordinal` behaves as after a sticky error: every later call on it returns `result`.

@@ -1,4 +1,4 @@
-// expect-error: use of deleted function
+// expect-error: deleted function
 #include "prelude.hpp"
 
 // The literal nullptr names the legacy stream: Stream::wrap(device, nullptr) is deleted (stream.hpp).

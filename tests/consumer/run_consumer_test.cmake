@@ -5,7 +5,8 @@
 #   pkg_config_consumer a program compiled with `pkg-config --cflags --libs cudarc` builds and runs
 #   tools_run           the installed tools start (cudarc-info's RPATH finds the installed libcudarc)
 # Inputs: SOURCE_DIR, BUILD_DIR, WORK_DIR, GENERATOR, CXX, VERSION, PREFIX_PATH (the build's
-# CMAKE_PREFIX_PATH, for the consumer's own dependencies), TOOLS (whether tools were built).
+# CMAKE_PREFIX_PATH, for the consumer's own dependencies), TOOLS (whether tools were built), CXX_FLAGS (what
+# a program linking this build of the library needs: the sanitizer flags of a sanitized build).
 set(prefix ${WORK_DIR}/prefix)
 
 function(run_checked what)
@@ -48,7 +49,8 @@ if(CASE STREQUAL "install")
 elseif(CASE STREQUAL "cmake_consumer")
     run_checked("configuring the consumer"
                 ${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/cmake_consumer -G ${GENERATOR}
-                "-DCMAKE_PREFIX_PATH=${prefix};${PREFIX_PATH}" -DCMAKE_CXX_COMPILER=${CXX})
+                "-DCMAKE_PREFIX_PATH=${prefix};${PREFIX_PATH}" -DCMAKE_CXX_COMPILER=${CXX}
+                "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}")
     run_checked("building the consumer" ${CMAKE_COMMAND} --build ${WORK_DIR}/cmake_consumer)
     run_checked("running the consumer" ${WORK_DIR}/cmake_consumer/consumer)
 
@@ -105,9 +107,10 @@ elseif(CASE STREQUAL "pkg_config_consumer")
     if(NOT libdir_real MATCHES "^${prefix_real}/")
         message(FATAL_ERROR "cudarc.pc points at ${libdir_real}, outside the prefix ${prefix_real}")
     endif()
+    separate_arguments(extra_flags UNIX_COMMAND "${CXX_FLAGS}")
     file(MAKE_DIRECTORY ${WORK_DIR}/pkg_config_consumer)
     run_checked("compiling with pkg-config's flags"
-                ${CXX} -std=c++20 ${cflags} ${SOURCE_DIR}/tests/consumer/main.cpp ${libs} -Wl,-rpath,${libdir}
+                ${CXX} -std=c++20 ${extra_flags} ${cflags} ${SOURCE_DIR}/tests/consumer/main.cpp ${libs} -Wl,-rpath,${libdir}
                 -o ${WORK_DIR}/pkg_config_consumer/consumer)
     run_checked("running the pkg-config consumer" ${WORK_DIR}/pkg_config_consumer/consumer)
 

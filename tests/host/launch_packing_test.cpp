@@ -1,15 +1,18 @@
 // Argument packing for cudarc::launch, through detail::PackedArguments (the same code launch() runs, minus
 // the driver call): parameter values, sizes and order, and which arguments the kernel reads or writes.
-// Buffers here are made-up addresses of detail::Buffer objects (never dereferenced) and made-up device
-// addresses: packing never touches a GPU.
+// Views here pair buffers of a fake device (testing/fake_driver) with made-up device addresses: packing only
+// compares the buffers and never touches a GPU, but a library that checks views (CUDARC_DEBUG_VIEWS, on in
+// the sanitizer build) reads each view's buffer, so the buffers must exist.
 #include <doctest/doctest.h>
 
 #include <cstdint>
 #include <cstring>
 #include <random>
 #include <type_traits>
+#include <vector>
 
 #include "cudarc/launch.hpp"
+#include "reliability_support.hpp"
 
 namespace {
 
@@ -19,15 +22,21 @@ using cudarc::DeviceView;
 using cudarc::detail::Access;
 using cudarc::detail::Buffer;
 
-// A distinct Buffer address for each name (packing only compares them).
-Buffer* fake_buffer() {
-    static unsigned char storage[64][16];
-    static int next = 0;
-    return reinterpret_cast<Buffer*>(&storage[next++ % 64][0]);
-}
+// Distinct buffers, alive for one test.
+struct Buffers {
+    cudarc::test::FakeGpu gpu;
+    cudarc::Device device = cudarc::Device::open(0);
+    std::vector<DeviceSlice<std::byte>> slices;
+
+    Buffer* make() {
+        slices.push_back(DeviceSlice<std::byte>::zeros(device.default_stream(), 16));
+        return cudarc::detail::Internals::buffer(slices.back().view());
+    }
+};
 template <typename T>
 DeviceView<T> fake_view(Buffer* buffer, cudarc::DevicePtr address, std::size_t count) {
-    return cudarc::detail::Internals::make_view<T>(buffer, address, count, 0);
+    return cudarc::detail::Internals::make_view<T>(buffer, address, count,
+                                                   cudarc::detail::view_generation(buffer));
 }
 using cudarc::detail::PackedArguments;
 
@@ -68,8 +77,9 @@ struct Params3 {
 }  // namespace
 
 TEST_CASE("launch.pack_views_and_values") {
-    Buffer* out_buffer = fake_buffer();
-    Buffer* in_buffer = fake_buffer();
+    Buffers buffers;
+    Buffer* out_buffer = buffers.make();
+    Buffer* in_buffer = buffers.make();
     const DevicePtr out_address = random_address();
     const DevicePtr in_address = random_address();
     auto out = fake_view<float>(out_buffer, out_address, 64);
@@ -113,7 +123,8 @@ TEST_CASE("launch.pack_slices_by_constness_of_the_parameter") {
 }
 
 TEST_CASE("launch.pack_subview_address_and_position") {
-    Buffer* buffer = fake_buffer();
+    Buffers buffers;
+    Buffer* buffer = buffers.make();
     const DevicePtr base = random_address();
     auto whole = fake_view<double>(buffer, base, 1000);
     const std::size_t offset = rng()() % 900;
@@ -171,8 +182,9 @@ TEST_CASE("launch.pack_values_keep_order_and_exact_types") {
 }
 
 TEST_CASE("launch.pack_void_pointers_take_any_element_type") {
-    Buffer* bytes_buffer = fake_buffer();
-    Buffer* words_buffer = fake_buffer();
+    Buffers buffers;
+    Buffer* bytes_buffer = buffers.make();
+    Buffer* words_buffer = buffers.make();
     auto bytes = fake_view<double>(bytes_buffer, random_address(), 8);
     auto words = fake_view<const std::uint32_t>(words_buffer, random_address(), 8);
     auto packed = pack<void(void*, const void*)>(bytes, words);
@@ -236,6 +248,7 @@ TEST_CASE("launch.kernel_parameter_types") {
 }
 
 TEST_CASE("launch.kernel_arg_values_and_buffers") {
+    Buffers buffers;
     const int n = static_cast<int>(rng()() % 1000);
     const auto value = cudarc::KernelArg::value(n);
     CHECK(value.size() == sizeof(int));
@@ -260,7 +273,7 @@ TEST_CASE("launch.kernel_arg_values_and_buffers") {
     CHECK(large.size() == sizeof(Big));
     CHECK(large.data() == &big);
 
-    Buffer* buffer = fake_buffer();
+    Buffer* buffer = buffers.make();
     const DevicePtr address = random_address();
     auto view = fake_view<float>(buffer, address, 16);
     const auto written = cudarc::KernelArg::writes(view);

@@ -15,7 +15,7 @@
 //             options.add("--iterations", args.iterations, "launches per round", Check::positive);
 //         }};
 //
-// Every command line is parsed and checked (CLI11, in main.cpp) before any subcommand runs, so --help and a
+// Every command line is parsed and checked (CLI11, in cli.cpp) before any subcommand runs, so --help and a
 // bad option never reach the driver: a bad command line exits with status 2, a failure while running with 1.
 #pragma once
 
@@ -25,7 +25,9 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <ostream>
 #include <string>
+#include <variant>
 #include <vector>
 
 namespace cudarc {
@@ -48,7 +50,7 @@ struct CommonArgs {
 
 enum class Check { none, positive, non_negative };
 
-// The options of one subcommand, declared against its arguments struct. Implemented over CLI11 (main.cpp),
+// The options of one subcommand, declared against its arguments struct. Implemented over CLI11 (cli.cpp),
 // which parses, checks, and writes --help; this header keeps CLI11 out of every subcommand's compile.
 class OptionSet {
   public:
@@ -74,9 +76,20 @@ class OptionSet {
 // Adds --device, --warmups, --rounds and --output.
 void add_common_options(OptionSet& options, CommonArgs& args);
 
-// How main.cpp runs a subcommand: declare its options on the parser, then (once parsing succeeded) run it.
+// How a subcommand comes to run: its options are declared on the parser (cli.cpp), then, once parsing
+// succeeded, main.cpp runs what the declaration returned.
 using Declare = std::function<std::function<int()>(OptionSet&)>;
 void register_subcommand(const char* name, const char* summary, Declare declare);
+
+// A parsed command line: the subcommand and what runs it.
+struct BenchCommand {
+    std::string name;
+    std::function<int()> run;
+};
+// The command, or the status to exit with at once after writing to `out` (--help, --version: 0) or `err`
+// (a bad command line: 2). Nothing runs and no device is opened (cli.cpp; tests/fuzz/tools_cli.cpp).
+[[nodiscard]] std::variant<int, BenchCommand> parse_command_line(int argc, const char* const* argv,
+                                                                 std::ostream& out, std::ostream& err);
 
 // Registers a subcommand at static-initialization time (see the example at the top of this file).
 template <typename Args>

@@ -165,8 +165,9 @@ struct TypeList {};
 
 template <typename... Params, typename... Args, std::size_t... Is>
 consteval bool arguments_accepted(TypeList<Params...>, TypeList<Args...>, std::index_sequence<Is...>) {
-    // Note: `&` rather than `&&`, so that every bad argument is reported, not only the first.
-    return (true & ... & argument_accepted<Is, Params, Args>());
+    // Note: a count rather than `&&`, so that every argument is checked and every bad one reported, not only
+    // the first.
+    return (0 + ... + (argument_accepted<Is, Params, Args>() ? 0 : 1)) == 0;
 }
 
 // True when `Args...` (forwarded types) launch a kernel of signature `Signature`, without diagnostics:

@@ -26,7 +26,7 @@ std::vector<std::string> driver_candidates() {
 
 class Resolver {
   public:
-    explicit Resolver(const DynamicLibrary& library) : library_(library) {
+    explicit Resolver(const DynamicLibrary& library) {
         v2_ = reinterpret_cast<GetProcAddressV2>(library.symbol("cuGetProcAddress_v2"));
         if (v2_ == nullptr) v1_ = reinterpret_cast<GetProcAddressV1>(library.symbol("cuGetProcAddress"));
     }
@@ -50,7 +50,6 @@ class Resolver {
     [[nodiscard]] const std::vector<std::string>& missing() const { return missing_; }
 
   private:
-    const DynamicLibrary& library_;
     GetProcAddressV2 v2_ = nullptr;
     GetProcAddressV1 v1_ = nullptr;
     std::vector<std::string> missing_;

@@ -33,6 +33,8 @@ struct HiprtcState {
     RtcResult (*get_log)(RtcProgram program, char* log) = nullptr;
     RtcResult (*destroy_program)(RtcProgram* program) = nullptr;
     hip::ComgrTargets targets;
+    // The state published by the load before this one: every state stays reachable, never freed.
+    const HiprtcState* previous = nullptr;
 };
 
 std::atomic<const HiprtcState*> g_state{nullptr};
@@ -293,8 +295,12 @@ bool load_hiprtc_from(const std::vector<std::string>& candidates, RtcApi& api, s
         hiprtc.targets =
             hip::ComgrTargets::load(std::filesystem::path(table.library_path).parent_path().string());
         // Note: published once per load and never freed, like the library handle: adapters of every
-        // table filled so far stay valid.
-        g_state.store(new HiprtcState(std::move(hiprtc)), std::memory_order_release);
+        // table filled so far stay valid. Each holds the one before, so none is lost (a leak to LSan).
+        auto* published = new HiprtcState(std::move(hiprtc));
+        published->previous = g_state.load(std::memory_order_relaxed);
+        while (!g_state.compare_exchange_weak(published->previous, published, std::memory_order_release,
+                                              std::memory_order_relaxed)) {
+        }
         api = std::move(table);
         return {};
     };
