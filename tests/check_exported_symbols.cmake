@@ -13,9 +13,10 @@ string(REPLACE ";" "\\;" out "${out}")
 string(REPLACE "\n" ";" lines "${out}")
 
 # The detail:: names that header templates and inline functions reach (include/cudarc/detail/*.hpp and the
-# detail helpers declared in public headers).
+# detail helpers declared in public headers). "PinnedAllocation (": the typeinfo of a function type returning
+# it, which clang's -fsanitize=function emits in the sanitizer build.
 set(allowed_detail
-    "PinnedAllocation::" "begin_capture" "end_capture" "abandon_capture" "check_dlpack" "import_dlpack"
+    "PinnedAllocation::" "PinnedAllocation (" "begin_capture" "end_capture" "abandon_capture" "check_dlpack" "import_dlpack"
     "export_dlpack" "borrow_memory" "owner_wrote" "sync_owner" "allocate_buffer" "allocate_managed_buffer"
     "destroy_buffer" "buffer_address" "buffer_device_ordinal" "buffer_generation" "check_view" "record_stream"
     "prepare_indirect_access" "copy_host_to_device" "copy_device_to_host" "copy_device_to_device"
