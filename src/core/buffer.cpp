@@ -140,7 +140,8 @@ BufferHandle Buffer::allocate(StreamState& stream, std::size_t bytes, MemorySour
     // which no position counts) lies before it. Another stream's first use waits for an event recorded
     // after this point, never for an older one that happens to cover the same position (Note [Stream
     // timelines]).
-    static_cast<void>(stream.timeline().advance());
+    Timeline& timeline = stream.timeline();
+    b.hazards_.note_owner_access(timeline, timeline.advance());  // Note [Owner's last access]
     return handle;
 }
 

@@ -49,14 +49,32 @@ void HazardState::prune_keeps_locked(const Timeline* owner) noexcept {
                   [&](const Keep& k) { return owner == nullptr || k.stream.get() != &owner->stream(); });
 }
 
+namespace {
+// Whether any use of the range's sole owner is "everything so far" (Note [Stream timelines]).
+bool owner_untracked_use(const RangeTable::Range& range) noexcept {
+    if (covers_untracked(range.writers[0].position)) return true;
+    for (std::size_t k = 0; k < range.readers.size(); ++k) {
+        if (covers_untracked(range.readers[k].position)) return true;
+    }
+    return false;
+}
+}  // namespace
+
+std::uint64_t HazardState::owner_position_locked(const Timeline& owner) const noexcept {
+    if (owner_untracked_) return kOwnersWork;
+    const std::uint64_t last = owner_last_.load(std::memory_order_acquire);
+    return last != kTrackedSoFar ? last : owner.position();
+}
+
 void HazardState::materialize_locked(bool whole) {
     Timeline* owner = exclusive_.load(std::memory_order_relaxed);
     // The owner's uses are "its tracked work so far" (Note [Single-stream fast path]), or everything it
     // submitted for an owner that wrote unseen. Made concrete at once for an access of the whole buffer:
     // any access of the owner not yet counted would overlap it (Note [Single-stream fast path], thread
-    // safety).
-    const std::uint64_t position =
-        owner_untracked_ ? kOwnersWork : (whole && owner != nullptr ? owner->position() : kTrackedSoFar);
+    // safety), so its last one is stamped (Note [Owner's last access]).
+    const std::uint64_t position = owner_untracked_ ? kOwnersWork
+                                   : whole && owner != nullptr ? owner_position_locked(*owner)
+                                                               : kTrackedSoFar;
     table_.reset(bytes_, Use{owner, position});  // may throw
     owner_untracked_ = false;
     table_active_ = true;
@@ -72,8 +90,8 @@ void HazardState::collect(Timeline& timeline, std::size_t offset, std::size_t by
     if (!table_active_) {
         if (owner == nullptr) return;  // untouched: nothing to wait for
         if (offset == 0 && bytes == bytes_) {
-            // The whole buffer: the owner's work so far, with no table yet (apply builds it).
-            needs.raise(Use{owner, owner_untracked_ ? kOwnersWork : owner->position()});
+            // The whole buffer: the owner's last access, with no table yet (apply builds it).
+            needs.raise(Use{owner, owner_position_locked(*owner)});
             return;
         }
         materialize_locked(false);
@@ -86,7 +104,7 @@ void HazardState::collect_for_host(std::size_t offset, std::size_t bytes, Access
     std::lock_guard lock(lock_);
     if (!table_active_) {
         if (Timeline* owner = exclusive_.load(std::memory_order_relaxed))
-            needs.raise(Use{owner, owner_untracked_ ? kOwnersWork : owner->position()});
+            needs.raise(Use{owner, owner_position_locked(*owner)});
         return;
     }
     table_.collect(offset, offset + bytes, nullptr, access, [&](const Use& use) {
@@ -106,13 +124,16 @@ bool HazardState::apply(Timeline& timeline, std::size_t offset, std::size_t byte
         keep_locked(timeline);
         table_.apply(offset, offset + bytes, Use{&timeline, position}, access);
         // Back to Note [Single-stream fast path] when `timeline` now owns the whole buffer. Note: not for
-        // an owner whose work is "everything so far" (raw pointers): its later untracked work would be
-        // missed by a "tracked work so far".
+        // an owner whose write or read is "everything so far" (raw pointers): its later untracked work
+        // would be missed by a "tracked work so far".
         Timeline* owner = precise_ ? nullptr : table_.sole_owner();
-        if (owner != nullptr && !covers_untracked(table_.ranges().front().writers[0].position)) {
+        if (owner != nullptr && !owner_untracked_use(table_.ranges().front())) {
             table_active_ = false;
             owner_untracked_ = false;
             prune_keeps_locked(owner);
+            // Note [Owner's last access]: the owner is `timeline` (its write or read made it sole), and
+            // `position` is its newest.
+            owner_last_.store(position, std::memory_order_release);
             exclusive_.store(owner, std::memory_order_release);
             return false;
         }
@@ -141,6 +162,7 @@ void HazardState::reset_to_owner(Timeline& owner) noexcept {
     std::lock_guard lock(lock_);
     table_active_ = false;
     owner_untracked_ = true;
+    owner_last_.store(kTrackedSoFar, std::memory_order_release);
     prune_keeps_locked(&owner);
     exclusive_.store(&owner, std::memory_order_release);
 }
@@ -149,8 +171,7 @@ void HazardState::collect_all(const Timeline& self, Needs& needs) const {
     std::lock_guard lock(lock_);
     if (!table_active_) {
         Timeline* owner = exclusive_.load(std::memory_order_relaxed);
-        if (owner != nullptr && owner != &self)
-            needs.raise(Use{owner, owner_untracked_ ? kOwnersWork : owner->position()});
+        if (owner != nullptr && owner != &self) needs.raise(Use{owner, owner_position_locked(*owner)});
         return;
     }
     table_.for_each_use([&](const Use& use) {
@@ -181,7 +202,7 @@ std::vector<TimelineUse> HazardState::take_uses() {
         std::lock_guard lock(lock_);
         if (!table_active_) {
             if (Timeline* owner = exclusive_.load(std::memory_order_relaxed))
-                add(Use{owner, owner_untracked_ ? kOwnersWork : kTrackedSoFar});
+                add(Use{owner, owner_position_locked(*owner)});
         } else {
             table_.for_each_use(add);
         }
@@ -193,6 +214,7 @@ std::vector<TimelineUse> HazardState::take_uses() {
 void HazardState::clear() noexcept {
     // Note: a state is cleared only as its buffer is released, when no other thread may use it; a buffer
     // that never left the fast path has no table or keeps to drop.
+    owner_last_.store(kTrackedSoFar, std::memory_order_relaxed);
     if (!table_active_ && keeps_.empty()) {
         owner_untracked_ = false;
         exclusive_.store(nullptr, std::memory_order_release);

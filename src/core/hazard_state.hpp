@@ -65,6 +65,18 @@ class SpinLock {
 // Thread safety: accesses from several threads at once (one thread per stream) are safe; accesses to
 // overlapping bytes from two threads at once must be ordered by the program, as for any shared object (the
 // library then orders them in the order it sees them).
+//
+// Note [Owner's last access]
+// "Its tracked work so far" is more than another stream needs: the owner went on to enqueue work on other
+// buffers, and a newcomer that waited for all of it would wait for work it never touches (64 buffers
+// handed between pooled streams then run one after another). So the state also keeps the position of the
+// owner's latest access to it (owner_last_), stamped when that operation completes (Operation::complete),
+// when the allocation is made and when a whole write returns the buffer to the fast path. A first access of
+// the whole buffer by another stream, a free and a host wait use it; kTrackedSoFar means unknown (an
+// operation that touched more owned buffers than it keeps stamps for), and the owner's position now
+// stands in. A first access to part of the buffer still takes "its tracked work so far" for the rest: an
+// access of the owner elsewhere in the buffer may be under way on another thread, and its stamp is not
+// there yet.
 class HazardState {
   public:
     // Whose work a first writer's stands for.
@@ -86,6 +98,13 @@ class HazardState {
     [[nodiscard]] bool owned_by(const Timeline& timeline) const noexcept {
         return exclusive_.load(std::memory_order_acquire) == &timeline;
     }
+    // Note [Owner's last access]: `timeline`'s operation at `position` accessed the buffer on the fast path
+    // (or made it); the stamp changes only while `timeline` still owns the buffer.
+    void note_owner_access(const Timeline& timeline, std::uint64_t position) noexcept {
+        if (owned_by(timeline)) owner_last_.store(position, std::memory_order_release);
+    }
+    // An access of the owner whose position will not be stamped: the owner's position stands in again.
+    void forget_owner_access() noexcept { owner_last_.store(kTrackedSoFar, std::memory_order_release); }
     // Adds to `needs` what an access by `timeline` to bytes [offset, offset + bytes) must wait for. Throws
     // only for want of memory, leaving an equivalent state.
     void collect(Timeline& timeline, std::size_t offset, std::size_t bytes, Access access, Needs& needs);
@@ -144,9 +163,13 @@ class HazardState {
     void keep_locked(const Timeline& timeline);
     // Only `owner`'s stream stays kept. Holds lock_.
     void prune_keeps_locked(const Timeline* owner) noexcept;
+    // Where the fast path's owner last accessed the buffer (Note [Owner's last access]): a concrete
+    // position, or kOwnersWork for an owner that wrote unseen. Holds lock_.
+    [[nodiscard]] std::uint64_t owner_position_locked(const Timeline& owner) const noexcept;
 
     mutable SpinLock lock_;
     std::atomic<Timeline*> exclusive_;
+    std::atomic<std::uint64_t> owner_last_{kTrackedSoFar};  // Note [Owner's last access]
     std::size_t bytes_;
     DeviceState* device_;
     bool table_active_ = false;     // guarded by lock_, like everything below

@@ -101,6 +101,7 @@ void Operation::complete() noexcept {
     // Note [Single-stream fast path]: the owner's accesses are "its tracked work so far", so they advance
     // its position too.
     const std::uint64_t position = timeline_->advance();
+    for (std::size_t i = 0; i < owned_count_; ++i) owned_[i]->note_owner_access(*timeline_, position);
     if (count_ != 0) finish(position);
 }
 

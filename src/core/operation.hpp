@@ -43,8 +43,15 @@ class Operation {
         if (bytes == 0) return;
         accessed_ = true;
         if (work_ == Work::tracked && state.owned_by(*timeline_) &&
-            captures_underway.load(std::memory_order_relaxed) == 0)
+            captures_underway.load(std::memory_order_relaxed) == 0) {
+            // Note [Owner's last access] in core/hazard_state.hpp: stamped at complete().
+            if (owned_count_ < kInlineOwned) {
+                owned_[owned_count_++] = &state;
+            } else {
+                state.forget_owner_access();
+            }
             return;
+        }
         add_pending(state, offset, bytes, access);
     }
     // Enqueues what the accesses need: at most one wait per source stream, none it has already. During a
@@ -69,6 +76,7 @@ class Operation {
         Access access;
     };
     static constexpr std::size_t kInline = 8;
+    static constexpr std::size_t kInlineOwned = 16;
 
     void add_pending(HazardState& state, std::size_t offset, std::size_t bytes, Access access);
     [[nodiscard]] Pending& pending(std::size_t i) noexcept {
@@ -87,6 +95,8 @@ class Operation {
     std::size_t count_ = 0;
     std::array<Pending, kInline> inline_;
     std::vector<Pending> more_;
+    std::size_t owned_count_ = 0;
+    std::array<HazardState*, kInlineOwned> owned_;  // fast-path accesses, to stamp
 };
 
 }  // namespace cudarc::detail

@@ -160,6 +160,34 @@ TEST_CASE("tracking.sub_views_on_64_streams_wait_only_for_their_forks_and_joins"
     CHECK(gpu.driver.violations().empty());
 }
 
+// Note [Owner's last access]: a buffer handed from one pooled stream to another waits for its last
+// writer's access to it, which the new stream has seen through its fork, not for whatever that writer
+// enqueued since (this round's kernel on another buffer: the rounds would run one stream after another).
+TEST_CASE("tracking.separate_buffers_handed_between_pooled_streams_wait_only_for_forks_and_joins") {
+    FakeGpu gpu;
+    {
+        auto device = Device::open(0);
+        auto parent = device.create_stream();
+        constexpr std::size_t kStreams = 64;
+        std::vector<DeviceSlice<int>> items;
+        for (std::size_t k = 0; k < kStreams; ++k) items.push_back(DeviceSlice<int>::zeros(parent, 16));
+        for (std::size_t round = 0; round < 4; ++round) {
+            const auto before = device.counters();
+            {
+                std::vector<Stream> children;
+                for (std::size_t k = 0; k < kStreams; ++k) children.push_back(parent.fork());
+                // Each item goes to another child than last round's writer.
+                for (std::size_t k = 0; k < kStreams; ++k)
+                    memset(children[k], items[(k + round) % kStreams].view(), static_cast<unsigned char>(round));
+            }
+            const auto delta = device.counters() - before;
+            CHECK(delta.cross_stream_waits == 2 * kStreams);
+            CHECK(delta.host_synchronizations() == 0);
+        }
+    }
+    CHECK(gpu.driver.violations().empty());
+}
+
 TEST_CASE("tracking.a_borrow_that_lasts_is_renewed_without_driver_calls") {
     FakeGpu gpu;
     {
