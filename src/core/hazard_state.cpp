@@ -14,8 +14,9 @@ HazardState::HazardState(std::size_t bytes, Timeline* first_writer, DeviceState*
                          Writer writer) noexcept
     : exclusive_(bytes != 0 ? first_writer : nullptr),
       bytes_(bytes),
-      device_(device),
-      owner_untracked_(writer == Writer::anything) {}
+      device_(device) {
+    if (writer == Writer::anything) owner_last_.store(kOwnersWork, std::memory_order_relaxed);
+}
 
 HazardState::~HazardState() {
     detach_link();
@@ -60,8 +61,7 @@ bool owner_untracked_use(const RangeTable::Range& range) noexcept {
 }
 }  // namespace
 
-std::uint64_t HazardState::owner_position_locked(const Timeline& owner) const noexcept {
-    if (owner_untracked_) return kOwnersWork;
+std::uint64_t HazardState::owner_position(const Timeline& owner) const noexcept {
     const std::uint64_t last = owner_last_.load(std::memory_order_acquire);
     return last != kTrackedSoFar ? last : owner.position();
 }
@@ -72,26 +72,37 @@ void HazardState::materialize_locked(bool whole) {
     // submitted for an owner that wrote unseen. Made concrete at once for an access of the whole buffer:
     // any access of the owner not yet counted would overlap it (Note [Single-stream fast path], thread
     // safety), so its last one is stamped (Note [Owner's last access]).
-    const std::uint64_t position = owner_untracked_ ? kOwnersWork
-                                   : whole && owner != nullptr ? owner_position_locked(*owner)
+    const std::uint64_t last = owner_last_.load(std::memory_order_acquire);
+    const std::uint64_t position = last == kOwnersWork                ? kOwnersWork
+                                   : whole && owner != nullptr ? owner_position(*owner)
                                                                : kTrackedSoFar;
     table_.reset(bytes_, Use{owner, position});  // may throw
-    owner_untracked_ = false;
+    owner_last_.store(kTrackedSoFar, std::memory_order_relaxed);
     table_active_ = true;
     exclusive_.store(nullptr, std::memory_order_release);
 }
 
 void HazardState::collect(Timeline& timeline, std::size_t offset, std::size_t bytes, Access access,
                           Needs& needs) {
-    if (bytes == 0 || owned_by(timeline)) return;
+    if (bytes == 0) return;
+    if (Timeline* owner = exclusive_.load(std::memory_order_acquire); owner != nullptr) {
+        if (owner == &timeline) return;
+        if (offset == 0 && bytes == bytes_) {
+            // The whole buffer on the fast path: the owner's last access, and no lock. Note: a whole access
+            // overlaps every other, so no other thread may change the state meanwhile but by an access
+            // that needs nothing of this one (a read beside a read), which leaves the owner's uses as they
+            // were (Note [Single-stream fast path], thread safety). No table yet: apply builds it.
+            needs.raise(Use{owner, owner_position(*owner)});
+            return;
+        }
+    }
     std::lock_guard lock(lock_);
     Timeline* owner = exclusive_.load(std::memory_order_relaxed);
     if (owner == &timeline) return;
     if (!table_active_) {
         if (owner == nullptr) return;  // untouched: nothing to wait for
         if (offset == 0 && bytes == bytes_) {
-            // The whole buffer: the owner's last access, with no table yet (apply builds it).
-            needs.raise(Use{owner, owner_position_locked(*owner)});
+            needs.raise(Use{owner, owner_position(*owner)});
             return;
         }
         materialize_locked(false);
@@ -104,7 +115,7 @@ void HazardState::collect_for_host(std::size_t offset, std::size_t bytes, Access
     std::lock_guard lock(lock_);
     if (!table_active_) {
         if (Timeline* owner = exclusive_.load(std::memory_order_relaxed))
-            needs.raise(Use{owner, owner_position_locked(*owner)});
+            needs.raise(Use{owner, owner_position(*owner)});
         return;
     }
     table_.collect(offset, offset + bytes, nullptr, access, [&](const Use& use) {
@@ -129,7 +140,6 @@ bool HazardState::apply(Timeline& timeline, std::size_t offset, std::size_t byte
         Timeline* owner = precise_ ? nullptr : table_.sole_owner();
         if (owner != nullptr && !owner_untracked_use(table_.ranges().front())) {
             table_active_ = false;
-            owner_untracked_ = false;
             prune_keeps_locked(owner);
             // Note [Owner's last access]: the owner is `timeline` (its write or read made it sole), and
             // `position` is its newest.
@@ -161,8 +171,7 @@ void HazardState::record_use(Timeline& timeline) {
 void HazardState::reset_to_owner(Timeline& owner) noexcept {
     std::lock_guard lock(lock_);
     table_active_ = false;
-    owner_untracked_ = true;
-    owner_last_.store(kTrackedSoFar, std::memory_order_release);
+    owner_last_.store(kOwnersWork, std::memory_order_release);
     prune_keeps_locked(&owner);
     exclusive_.store(&owner, std::memory_order_release);
 }
@@ -171,7 +180,7 @@ void HazardState::collect_all(const Timeline& self, Needs& needs) const {
     std::lock_guard lock(lock_);
     if (!table_active_) {
         Timeline* owner = exclusive_.load(std::memory_order_relaxed);
-        if (owner != nullptr && owner != &self) needs.raise(Use{owner, owner_position_locked(*owner)});
+        if (owner != nullptr && owner != &self) needs.raise(Use{owner, owner_position(*owner)});
         return;
     }
     table_.for_each_use([&](const Use& use) {
@@ -202,7 +211,7 @@ std::vector<TimelineUse> HazardState::take_uses() {
         std::lock_guard lock(lock_);
         if (!table_active_) {
             if (Timeline* owner = exclusive_.load(std::memory_order_relaxed))
-                add(Use{owner, owner_position_locked(*owner)});
+                add(Use{owner, owner_position(*owner)});
         } else {
             table_.for_each_use(add);
         }
@@ -216,13 +225,11 @@ void HazardState::clear() noexcept {
     // that never left the fast path has no table or keeps to drop.
     owner_last_.store(kTrackedSoFar, std::memory_order_relaxed);
     if (!table_active_ && keeps_.empty()) {
-        owner_untracked_ = false;
         exclusive_.store(nullptr, std::memory_order_release);
         return;
     }
     std::lock_guard lock(lock_);
     table_active_ = false;
-    owner_untracked_ = false;
     table_.reset(0, Use{});
     exclusive_.store(nullptr, std::memory_order_release);
     // Note: the keeps go last: a retired foreign stream's state must outlive the uses naming it, which the

@@ -101,10 +101,15 @@ class HazardState {
     // Note [Owner's last access]: `timeline`'s operation at `position` accessed the buffer on the fast path
     // (or made it); the stamp changes only while `timeline` still owns the buffer.
     void note_owner_access(const Timeline& timeline, std::uint64_t position) noexcept {
-        if (owned_by(timeline)) owner_last_.store(position, std::memory_order_release);
+        if (owned_by(timeline) && owner_last_.load(std::memory_order_relaxed) != kOwnersWork)
+            owner_last_.store(position, std::memory_order_release);
     }
     // An access of the owner whose position will not be stamped: the owner's position stands in again.
-    void forget_owner_access() noexcept { owner_last_.store(kTrackedSoFar, std::memory_order_release); }
+    void forget_owner_access() noexcept {
+        // Note: only a concrete stamp is written over (a step over thousands of buffers then writes none).
+        if (owner_last_.load(std::memory_order_relaxed) < kTrackedSoFar)
+            owner_last_.store(kTrackedSoFar, std::memory_order_release);
+    }
     // Adds to `needs` what an access by `timeline` to bytes [offset, offset + bytes) must wait for. Throws
     // only for want of memory, leaving an equivalent state.
     void collect(Timeline& timeline, std::size_t offset, std::size_t bytes, Access access, Needs& needs);
@@ -164,16 +169,16 @@ class HazardState {
     // Only `owner`'s stream stays kept. Holds lock_.
     void prune_keeps_locked(const Timeline* owner) noexcept;
     // Where the fast path's owner last accessed the buffer (Note [Owner's last access]): a concrete
-    // position, or kOwnersWork for an owner that wrote unseen. Holds lock_.
-    [[nodiscard]] std::uint64_t owner_position_locked(const Timeline& owner) const noexcept;
+    // position, or kOwnersWork for an owner that wrote unseen.
+    [[nodiscard]] std::uint64_t owner_position(const Timeline& owner) const noexcept;
 
     mutable SpinLock lock_;
     std::atomic<Timeline*> exclusive_;
-    std::atomic<std::uint64_t> owner_last_{kTrackedSoFar};  // Note [Owner's last access]
+    // Note [Owner's last access]; kOwnersWork while the owner's uses are Writer::anything.
+    std::atomic<std::uint64_t> owner_last_{kTrackedSoFar};
     std::size_t bytes_;
     DeviceState* device_;
     bool table_active_ = false;     // guarded by lock_, like everything below
-    bool owner_untracked_ = false;  // exclusive_'s uses are Writer::anything
     bool precise_ = false;          // keep_ranges()
     RangeTable table_;
     struct Keep {

@@ -10,14 +10,27 @@ namespace cudarc::detail {
 Operation::Operation(StreamState& stream, Work work) noexcept
     : stream_(stream), timeline_(&stream.timeline()), work_(work) {}
 
+std::vector<Operation::Pending>& Operation::spare() noexcept {
+    thread_local std::vector<Pending> pending;
+    return pending;
+}
+
 void Operation::add_pending(HazardState& state, std::size_t offset, std::size_t bytes, Access access) {
     const Pending p{&state, &state, offset, bytes, access};
     if (count_ < kInline) {
         inline_[count_] = p;
     } else {
+        if (more_.capacity() == 0) more_.swap(spare());
         more_.push_back(p);
     }
     ++count_;
+}
+
+void Operation::keep_spare() noexcept {
+    std::vector<Pending>& kept = spare();
+    if (more_.capacity() <= kept.capacity()) return;
+    more_.clear();
+    kept.swap(more_);
 }
 
 void Operation::route_into_capture() {

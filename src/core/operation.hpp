@@ -35,7 +35,10 @@ class Operation {
     explicit Operation(StreamState& stream, Work work = Work::tracked) noexcept;
     Operation(const Operation&) = delete;
     Operation& operator=(const Operation&) = delete;
-    ~Operation() = default;  // an operation never completed records nothing
+    // An operation never completed records nothing.
+    ~Operation() {
+        if (more_.capacity() != 0) keep_spare();
+    }
 
     // Declares an access of the operation to bytes [offset, offset + bytes) of a buffer. On the single-
     // stream fast path it is only counted (Note [Single-stream fast path]).
@@ -79,6 +82,10 @@ class Operation {
     static constexpr std::size_t kInlineOwned = 16;
 
     void add_pending(HazardState& state, std::size_t offset, std::size_t bytes, Access access);
+    // more_ comes from, and goes back to, a spare kept per thread: a step's thousands of accesses would
+    // otherwise regrow it every step.
+    void keep_spare() noexcept;
+    static std::vector<Pending>& spare() noexcept;
     [[nodiscard]] Pending& pending(std::size_t i) noexcept {
         return i < kInline ? inline_[i] : more_[i - kInline];
     }

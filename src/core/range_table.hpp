@@ -48,26 +48,19 @@ template <std::size_t N>
 class UseSet {
   public:
     UseSet() noexcept = default;
-    UseSet(const UseSet& other) : size_(other.size_), more_(other.more_) {
-        for (std::size_t i = 0; i < N; ++i) inline_[i] = other.inline_[i];
-    }
-    UseSet& operator=(const UseSet& other) {
-        if (this != &other) {
-            more_ = other.more_;
-            for (std::size_t i = 0; i < N; ++i) inline_[i] = other.inline_[i];
-            size_ = other.size_;
-        }
-        return *this;
-    }
+    UseSet(const UseSet&) = default;
+    UseSet& operator=(const UseSet&) = default;
     UseSet(UseSet&&) noexcept = default;
     UseSet& operator=(UseSet&&) noexcept = default;
 
     [[nodiscard]] std::size_t size() const noexcept { return size_; }
     [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
     [[nodiscard]] const Use& operator[](std::size_t i) const noexcept {
-        return i < N ? inline_[i] : more_[i - N];
+        return i < N ? inline_.items[i] : more_[i - N];
     }
-    [[nodiscard]] Use& operator[](std::size_t i) noexcept { return i < N ? inline_[i] : more_[i - N]; }
+    [[nodiscard]] Use& operator[](std::size_t i) noexcept {
+        return i < N ? inline_.items[i] : more_[i - N];
+    }
 
     // The entry of `timeline`, or null.
     [[nodiscard]] Use* find(const Timeline* timeline) noexcept {
@@ -98,7 +91,7 @@ class UseSet {
     }
     void assign_one(Use use) noexcept {
         clear();
-        inline_[0] = use;
+        inline_.items[0] = use;
         size_ = 1;
     }
     void clear() noexcept {
@@ -127,11 +120,16 @@ class UseSet {
         if (size_ >= N)
             more_.push_back(use);  // may throw: nothing changed yet
         else
-            inline_[size_] = use;
+            inline_.items[size_] = use;
         ++size_;
     }
 
-    Use inline_[N];
+    // Note: left uninitialized past size_ (an operation's needs are made fresh for every launch); copied as
+    // bytes.
+    union Inline {
+        Inline() noexcept {}  // NOLINT(modernize-use-equals-default): must not initialize items
+        Use items[N];
+    } inline_;
     std::size_t size_ = 0;
     std::vector<Use> more_;
 };
