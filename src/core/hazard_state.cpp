@@ -12,9 +12,7 @@ std::atomic<unsigned> captures_underway{0};
 
 HazardState::HazardState(std::size_t bytes, Timeline* first_writer, DeviceState* device,
                          Writer writer) noexcept
-    : exclusive_(bytes != 0 ? first_writer : nullptr),
-      bytes_(bytes),
-      device_(device) {
+    : exclusive_(bytes != 0 ? first_writer : nullptr), bytes_(bytes), device_(device) {
     if (writer == Writer::anything) owner_last_.store(kOwnersWork, std::memory_order_relaxed);
 }
 
@@ -73,10 +71,14 @@ void HazardState::materialize_locked(bool whole) {
     // any access of the owner not yet counted would overlap it (Note [Single-stream fast path], thread
     // safety), so its last one is stamped (Note [Owner's last access]).
     const std::uint64_t last = owner_last_.load(std::memory_order_acquire);
-    const std::uint64_t position = last == kOwnersWork                ? kOwnersWork
+    const std::uint64_t position = last == kOwnersWork         ? kOwnersWork
                                    : whole && owner != nullptr ? owner_position(*owner)
                                                                : kTrackedSoFar;
     table_.reset(bytes_, Use{owner, position});  // may throw
+    if (Timeline* reader = reader_.load(std::memory_order_relaxed); reader != nullptr) {
+        table_.apply(0, bytes_, Use{reader, reader_position_}, Access::read);  // no split: cannot throw
+        reader_.store(nullptr, std::memory_order_relaxed);
+    }
     owner_last_.store(kTrackedSoFar, std::memory_order_relaxed);
     table_active_ = true;
     exclusive_.store(nullptr, std::memory_order_release);
@@ -85,7 +87,9 @@ void HazardState::materialize_locked(bool whole) {
 void HazardState::collect(Timeline& timeline, std::size_t offset, std::size_t bytes, Access access,
                           Needs& needs) {
     if (bytes == 0) return;
-    if (Timeline* owner = exclusive_.load(std::memory_order_acquire); owner != nullptr) {
+    if (Timeline* owner = exclusive_.load(std::memory_order_acquire);
+        owner != nullptr && (access == Access::read || reader_.load(std::memory_order_acquire) == nullptr)) {
+        // Note [One foreign reader]: only a write must see the reader (a read beside it may come meanwhile).
         if (owner == &timeline) return;
         if (offset == 0 && bytes == bytes_) {
             // The whole buffer on the fast path: the owner's last access, and no lock. Note: a whole access
@@ -98,9 +102,13 @@ void HazardState::collect(Timeline& timeline, std::size_t offset, std::size_t by
     }
     std::lock_guard lock(lock_);
     Timeline* owner = exclusive_.load(std::memory_order_relaxed);
-    if (owner == &timeline) return;
+    Timeline* reader = reader_.load(std::memory_order_relaxed);
     if (!table_active_) {
         if (owner == nullptr) return;  // untouched: nothing to wait for
+        // Note [One foreign reader]: a write waits for the reader, whoever writes.
+        if (reader != nullptr && reader != &timeline && access == Access::write)
+            needs.raise(Use{reader, reader_position_});
+        if (owner == &timeline) return;
         if (offset == 0 && bytes == bytes_) {
             needs.raise(Use{owner, owner_position(*owner)});
             return;
@@ -116,6 +124,9 @@ void HazardState::collect_for_host(std::size_t offset, std::size_t bytes, Access
     if (!table_active_) {
         if (Timeline* owner = exclusive_.load(std::memory_order_relaxed))
             needs.raise(Use{owner, owner_position(*owner)});
+        if (Timeline* reader = reader_.load(std::memory_order_relaxed);
+            reader != nullptr && access == Access::write)
+            needs.raise(Use{reader, reader_position_});
         return;
     }
     table_.collect(offset, offset + bytes, nullptr, access, [&](const Use& use) {
@@ -129,9 +140,41 @@ bool HazardState::apply(Timeline& timeline, std::size_t offset, std::size_t byte
     const bool tracked = position != kEverythingSoFar;
     if (bytes == 0 || (tracked && owned_by(timeline))) return false;
     std::unique_lock lock(lock_);
-    if (tracked && exclusive_.load(std::memory_order_relaxed) == &timeline) return false;
+    Timeline* const owner_now = exclusive_.load(std::memory_order_relaxed);
+    Timeline* const reader = reader_.load(std::memory_order_relaxed);
+    if (tracked && owner_now == &timeline && reader == nullptr) return false;
+    const bool whole = offset == 0 && bytes == bytes_;
+    if (!table_active_ && tracked && !precise_ && owner_now != nullptr) {
+        // Note [One foreign reader]: the hand-overs that need no table.
+        if (owner_now == &timeline) {  // the owner, beside its reader
+            if (access == Access::write && whole) {
+                reader_.store(nullptr, std::memory_order_release);
+                prune_keeps_locked(owner_now);
+                owner_last_.store(position, std::memory_order_release);
+                return false;
+            }
+            if (access == Access::read) {
+                if (owner_last_.load(std::memory_order_relaxed) != kOwnersWork)
+                    owner_last_.store(position, std::memory_order_release);
+                return true;
+            }
+        } else if (access == Access::read && whole && (reader == nullptr || reader == &timeline)) {
+            try {
+                keep_locked(timeline);  // may throw: nothing changed yet
+            } catch (...) {
+                lock.unlock();
+                timeline.stream().device().synchronize_noexcept();
+                lock.lock();
+                forget_locked();
+                return false;
+            }
+            reader_position_ = position;
+            reader_.store(&timeline, std::memory_order_release);
+            return true;
+        }
+    }
     try {
-        if (!table_active_) materialize_locked(offset == 0 && bytes == bytes_);
+        if (!table_active_) materialize_locked(whole);
         keep_locked(timeline);
         table_.apply(offset, offset + bytes, Use{&timeline, position}, access);
         // Back to Note [Single-stream fast path] when `timeline` now owns the whole buffer. Note: not for
@@ -154,11 +197,16 @@ bool HazardState::apply(Timeline& timeline, std::size_t offset, std::size_t byte
         lock.unlock();
         timeline.stream().device().synchronize_noexcept();
         lock.lock();
-        table_active_ = false;
-        prune_keeps_locked(nullptr);
-        exclusive_.store(nullptr, std::memory_order_release);
+        forget_locked();
         return false;
     }
+}
+
+void HazardState::forget_locked() noexcept {
+    table_active_ = false;
+    reader_.store(nullptr, std::memory_order_relaxed);
+    prune_keeps_locked(nullptr);
+    exclusive_.store(nullptr, std::memory_order_release);
 }
 
 void HazardState::record_use(Timeline& timeline) {
@@ -171,6 +219,7 @@ void HazardState::record_use(Timeline& timeline) {
 void HazardState::reset_to_owner(Timeline& owner) noexcept {
     std::lock_guard lock(lock_);
     table_active_ = false;
+    reader_.store(nullptr, std::memory_order_relaxed);
     owner_last_.store(kOwnersWork, std::memory_order_release);
     prune_keeps_locked(&owner);
     exclusive_.store(&owner, std::memory_order_release);
@@ -181,6 +230,8 @@ void HazardState::collect_all(const Timeline& self, Needs& needs) const {
     if (!table_active_) {
         Timeline* owner = exclusive_.load(std::memory_order_relaxed);
         if (owner != nullptr && owner != &self) needs.raise(Use{owner, owner_position(*owner)});
+        if (Timeline* reader = reader_.load(std::memory_order_relaxed); reader != nullptr && reader != &self)
+            needs.raise(Use{reader, reader_position_});
         return;
     }
     table_.for_each_use([&](const Use& use) {
@@ -212,6 +263,8 @@ std::vector<TimelineUse> HazardState::take_uses() {
         if (!table_active_) {
             if (Timeline* owner = exclusive_.load(std::memory_order_relaxed))
                 add(Use{owner, owner_position(*owner)});
+            if (Timeline* reader = reader_.load(std::memory_order_relaxed))
+                add(Use{reader, reader_position_});
         } else {
             table_.for_each_use(add);
         }
@@ -224,6 +277,7 @@ void HazardState::clear() noexcept {
     // Note: a state is cleared only as its buffer is released, when no other thread may use it; a buffer
     // that never left the fast path has no table or keeps to drop.
     owner_last_.store(kTrackedSoFar, std::memory_order_relaxed);
+    reader_.store(nullptr, std::memory_order_relaxed);
     if (!table_active_ && keeps_.empty()) {
         exclusive_.store(nullptr, std::memory_order_release);
         return;

@@ -77,6 +77,16 @@ class SpinLock {
 // stands in. A first access to part of the buffer still takes "its tracked work so far" for the rest: an
 // access of the owner elsewhere in the buffer may be under way on another thread, and its stamp is not
 // there yet.
+//
+// Note [One foreign reader]
+// The common hand-over (gradients written on one stream, read whole by a step on another, written whole
+// again) would build a range table for each buffer at each step and fold it back at the next write: most
+// of what a cross-stream step costs per buffer. So the fast path's state may also hold one reader of the
+// whole buffer on another stream (reader_, at reader_position_): it stands for a table of one range whose
+// writer is the owner (at its last access) and whose one reader is that stream. While it is set, the owner
+// is no longer alone (owned_by is false): its write waits for the reader and clears it, its read only
+// stamps its last access. The reader reading the whole buffer again moves its position; anything else
+// (another reader, a write, part of the buffer, untracked work) builds the table from both.
 class HazardState {
   public:
     // Whose work a first writer's stands for.
@@ -96,12 +106,15 @@ class HazardState {
 
     // Note [Single-stream fast path].
     [[nodiscard]] bool owned_by(const Timeline& timeline) const noexcept {
-        return exclusive_.load(std::memory_order_acquire) == &timeline;
+        return exclusive_.load(std::memory_order_acquire) == &timeline &&
+               reader_.load(std::memory_order_acquire) == nullptr;
     }
     // Note [Owner's last access]: `timeline`'s operation at `position` accessed the buffer on the fast path
-    // (or made it); the stamp changes only while `timeline` still owns the buffer.
+    // (or made it); the stamp changes only while `timeline` still owns the buffer, a foreign reader beside
+    // it or not (Note [One foreign reader]: that reader may have come while the access was under way).
     void note_owner_access(const Timeline& timeline, std::uint64_t position) noexcept {
-        if (owned_by(timeline) && owner_last_.load(std::memory_order_relaxed) != kOwnersWork)
+        if (exclusive_.load(std::memory_order_acquire) == &timeline &&
+            owner_last_.load(std::memory_order_relaxed) != kOwnersWork)
             owner_last_.store(position, std::memory_order_release);
     }
     // An access of the owner whose position will not be stamped: the owner's position stands in again.
@@ -139,11 +152,22 @@ class HazardState {
 
     [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
     // The timeline that alone owns the whole buffer (Note [Single-stream fast path]), or null.
-    [[nodiscard]] Timeline* exclusive() const noexcept { return exclusive_.load(std::memory_order_acquire); }
-    // For tests and diagnostics: calls f(ranges) with the table's ranges (empty on the fast path).
+    [[nodiscard]] Timeline* exclusive() const noexcept {
+        return reader_.load(std::memory_order_acquire) == nullptr ? exclusive_.load(std::memory_order_acquire)
+                                                                  : nullptr;
+    }
+    // For tests and diagnostics: calls f(ranges) with the table's ranges (empty on the fast path; the one
+    // range a foreign reader stands for, Note [One foreign reader]).
     template <typename F>
     void inspect(F&& f) const {
         std::lock_guard lock(lock_);
+        if (Timeline* reader = reader_.load(std::memory_order_relaxed); !table_active_ && reader != nullptr) {
+            Timeline* owner = exclusive_.load(std::memory_order_relaxed);
+            RangeTable both(bytes_, Use{owner, owner_position(*owner)});
+            both.apply(0, bytes_, Use{reader, reader_position_}, Access::read);
+            f(both.ranges());
+            return;
+        }
         f(table_active_ ? table_.ranges() : std::span<const RangeTable::Range>{});
     }
 
@@ -166,6 +190,8 @@ class HazardState {
     void materialize_locked(bool whole);
     // Keeps `timeline`'s stream (and its device) alive while this state may name it. Holds lock_.
     void keep_locked(const Timeline& timeline);
+    // Without memory for the bookkeeping, once the device finished everything: untouched again. Holds lock_.
+    void forget_locked() noexcept;
     // Only `owner`'s stream stays kept. Holds lock_.
     void prune_keeps_locked(const Timeline* owner) noexcept;
     // Where the fast path's owner last accessed the buffer (Note [Owner's last access]): a concrete
@@ -174,12 +200,15 @@ class HazardState {
 
     mutable SpinLock lock_;
     std::atomic<Timeline*> exclusive_;
+    // Note [One foreign reader]: set only beside exclusive_, under lock_; reader_position_ is guarded by it.
+    std::atomic<Timeline*> reader_{nullptr};
     // Note [Owner's last access]; kOwnersWork while the owner's uses are Writer::anything.
     std::atomic<std::uint64_t> owner_last_{kTrackedSoFar};
     std::size_t bytes_;
     DeviceState* device_;
-    bool table_active_ = false;     // guarded by lock_, like everything below
-    bool precise_ = false;          // keep_ranges()
+    bool table_active_ = false;  // guarded by lock_, like everything below
+    bool precise_ = false;       // keep_ranges()
+    std::uint64_t reader_position_ = 0;
     RangeTable table_;
     struct Keep {
         std::shared_ptr<StreamState> stream;

@@ -58,9 +58,7 @@ class UseSet {
     [[nodiscard]] const Use& operator[](std::size_t i) const noexcept {
         return i < N ? inline_.items[i] : more_[i - N];
     }
-    [[nodiscard]] Use& operator[](std::size_t i) noexcept {
-        return i < N ? inline_.items[i] : more_[i - N];
-    }
+    [[nodiscard]] Use& operator[](std::size_t i) noexcept { return i < N ? inline_.items[i] : more_[i - N]; }
 
     // The entry of `timeline`, or null.
     [[nodiscard]] Use* find(const Timeline* timeline) noexcept {

@@ -7,6 +7,8 @@
 #include <memory>
 #include <vector>
 
+#include "core/buffer.hpp"
+#include "core/device_state.hpp"
 #include "reliability_support.hpp"
 
 using namespace cudarc;
@@ -73,6 +75,48 @@ TEST_CASE("tracking.a_step_over_1024_buffers_fed_by_another_stream_costs_one_wai
             CHECK(delta.cross_stream_waits == 1);  // for the feed's work on all 1024 gradients
             CHECK(delta.events_recorded == 2);     // that work's end, and the step's own (shared after it)
             CHECK(delta.host_synchronizations() == 0);
+        }
+    }
+    CHECK(gpu.driver.violations().empty());
+}
+
+// Note [One foreign reader]: a buffer written on one stream and read whole on another holds that writer
+// and that reader (as one range, no table built); the writer's next write waits for the read once.
+TEST_CASE("tracking.a_buffer_read_whole_on_another_stream_holds_its_writer_and_one_reader") {
+    FakeGpu gpu;
+    {
+        Step step;
+        auto& grad = step.grads.front();
+        const auto& hazards = cudarc::detail::Internals::buffer(grad.view())->hazards();
+        auto* feed = &cudarc::detail::Internals::stream_state(step.feed).timeline();
+        auto* reader = &cudarc::detail::Internals::stream_state(step.stream).timeline();
+        for (int round = 0; round < 3; ++round) {
+            memset(step.feed, grad.view(), 1);
+            CHECK(hazards.exclusive() == feed);
+            hazards.inspect([](auto ranges) { CHECK(ranges.empty()); });
+            const auto before = step.device.counters();
+            {
+                IndirectAccess access(step.stream);
+                access.add(std::as_const(grad).view());
+                access.order();
+                launch(step.stream, LaunchConfig{1, 1}, step.touch, nullptr);
+                access.done();
+            }
+            CHECK((step.device.counters() - before).cross_stream_waits == 1);
+            // No longer the feed's alone, and what stands for the table: the feed wrote, the stream read.
+            CHECK(hazards.exclusive() == nullptr);
+            hazards.inspect([&](auto ranges) {
+                REQUIRE(ranges.size() == 1);
+                CHECK(ranges[0].end == grad.size() * sizeof(float));
+                REQUIRE(ranges[0].writers.size() == 1);
+                CHECK(ranges[0].writers[0].timeline == feed);
+                REQUIRE(ranges[0].readers.size() == 1);
+                CHECK(ranges[0].readers[0].timeline == reader);
+            });
+            // The feed's next write waits for that read, once.
+            const auto again = step.device.counters();
+            memset(step.feed, grad.view(), 2);
+            CHECK((step.device.counters() - again).cross_stream_waits == 1);
         }
     }
     CHECK(gpu.driver.violations().empty());
@@ -178,7 +222,8 @@ TEST_CASE("tracking.separate_buffers_handed_between_pooled_streams_wait_only_for
                 for (std::size_t k = 0; k < kStreams; ++k) children.push_back(parent.fork());
                 // Each item goes to another child than last round's writer.
                 for (std::size_t k = 0; k < kStreams; ++k)
-                    memset(children[k], items[(k + round) % kStreams].view(), static_cast<unsigned char>(round));
+                    memset(children[k], items[(k + round) % kStreams].view(),
+                           static_cast<unsigned char>(round));
             }
             const auto delta = device.counters() - before;
             CHECK(delta.cross_stream_waits == 2 * kStreams);
