@@ -82,6 +82,7 @@ SlotRegistry& slots() {
 #endif
 }  // namespace
 
+#if !CUDARC_DEBUG_VIEWS
 namespace {
 void* new_storage() {
     // Note: the aligned form only where the type needs it: it is slower (memalign, a popcount call).
@@ -98,7 +99,7 @@ void delete_storage(void* p) noexcept {
         ::operator delete(p);
 }
 
-#if !CUDARC_DEBUG_VIEWS && !CUDARC_ADDRESS_SANITIZER
+#if !CUDARC_ADDRESS_SANITIZER
 // A few freed buffers' storage kept per thread: an alloc + free pair of a DeviceSlice then costs no malloc
 // and free of its state (a tenth of the pair). Off under AddressSanitizer, which should see every free.
 struct SpareStorage {
@@ -116,6 +117,7 @@ thread_local bool SpareStorage::gone = false;
 thread_local SpareStorage spare_storage;
 #endif
 }  // namespace
+#endif
 
 void* Buffer::storage() {
 #if CUDARC_DEBUG_VIEWS
