@@ -144,36 +144,28 @@ bool HazardState::apply(Timeline& timeline, std::size_t offset, std::size_t byte
     Timeline* const reader = reader_.load(std::memory_order_relaxed);
     if (tracked && owner_now == &timeline && reader == nullptr) return false;
     const bool whole = offset == 0 && bytes == bytes_;
-    if (!table_active_ && tracked && !precise_ && owner_now != nullptr) {
-        // Note [One foreign reader]: the hand-overs that need no table.
-        if (owner_now == &timeline) {  // the owner, beside its reader
-            if (access == Access::write && whole) {
-                reader_.store(nullptr, std::memory_order_release);
-                prune_keeps_locked(owner_now);
-                owner_last_.store(position, std::memory_order_release);
-                return false;
-            }
-            if (access == Access::read) {
-                if (owner_last_.load(std::memory_order_relaxed) != kOwnersWork)
+    try {
+        if (!table_active_ && tracked && !precise_ && owner_now != nullptr) {
+            // Note [One foreign reader]: the hand-overs that need no table.
+            if (owner_now == &timeline) {  // the owner, beside its reader
+                if (access == Access::write && whole) {
+                    reader_.store(nullptr, std::memory_order_release);
+                    prune_keeps_locked(owner_now);
                     owner_last_.store(position, std::memory_order_release);
+                    return false;
+                }
+                if (access == Access::read) {
+                    if (owner_last_.load(std::memory_order_relaxed) != kOwnersWork)
+                        owner_last_.store(position, std::memory_order_release);
+                    return true;
+                }
+            } else if (access == Access::read && whole && (reader == nullptr || reader == &timeline)) {
+                keep_locked(timeline);  // may throw: nothing changed yet
+                reader_position_ = position;
+                reader_.store(&timeline, std::memory_order_release);
                 return true;
             }
-        } else if (access == Access::read && whole && (reader == nullptr || reader == &timeline)) {
-            try {
-                keep_locked(timeline);  // may throw: nothing changed yet
-            } catch (...) {
-                lock.unlock();
-                timeline.stream().device().synchronize_noexcept();
-                lock.lock();
-                forget_locked();
-                return false;
-            }
-            reader_position_ = position;
-            reader_.store(&timeline, std::memory_order_release);
-            return true;
         }
-    }
-    try {
         if (!table_active_) materialize_locked(whole);
         keep_locked(timeline);
         table_.apply(offset, offset + bytes, Use{&timeline, position}, access);
@@ -197,16 +189,12 @@ bool HazardState::apply(Timeline& timeline, std::size_t offset, std::size_t byte
         lock.unlock();
         timeline.stream().device().synchronize_noexcept();
         lock.lock();
-        forget_locked();
+        table_active_ = false;
+        reader_.store(nullptr, std::memory_order_relaxed);
+        prune_keeps_locked(nullptr);
+        exclusive_.store(nullptr, std::memory_order_release);
         return false;
     }
-}
-
-void HazardState::forget_locked() noexcept {
-    table_active_ = false;
-    reader_.store(nullptr, std::memory_order_relaxed);
-    prune_keeps_locked(nullptr);
-    exclusive_.store(nullptr, std::memory_order_release);
 }
 
 void HazardState::record_use(Timeline& timeline) {

@@ -190,8 +190,6 @@ class HazardState {
     void materialize_locked(bool whole);
     // Keeps `timeline`'s stream (and its device) alive while this state may name it. Holds lock_.
     void keep_locked(const Timeline& timeline);
-    // Without memory for the bookkeeping, once the device finished everything: untouched again. Holds lock_.
-    void forget_locked() noexcept;
     // Only `owner`'s stream stays kept. Holds lock_.
     void prune_keeps_locked(const Timeline* owner) noexcept;
     // Where the fast path's owner last accessed the buffer (Note [Owner's last access]): a concrete
