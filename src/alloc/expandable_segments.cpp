@@ -305,9 +305,12 @@ std::size_t CachingAllocator::free_unmapped_ranges() {
     return freed;
 }
 
-// At destruction (the device synchronized): every mapped chunk is unmapped, then the range freed.
+// At destruction (the device synchronized): every mapped chunk is unmapped, then the range freed. A chunk
+// that stays mapped (its unmap failed twice: Note [A failed unmap or release is tried again] in
+// virtual_memory.cpp) keeps its range: the driver frees no range with mappings in it.
 void CachingAllocator::destroy_expandable(Block* head) noexcept {
     const std::size_t chunk = layout_.chunk(head->small_pool);
+    bool still_mapped = false;
     for (const Block* b = head; b != nullptr; b = b->next) {
         if (b->state == BlockState::unmapped) continue;
         // Note: only runs of mapped blocks start and end on chunk boundaries; each chunk starts inside
@@ -315,10 +318,12 @@ void CachingAllocator::destroy_expandable(Block* head) noexcept {
         for (DevicePtr p = round_up(b->ptr, chunk); p < b->ptr + b->size; p += chunk) {
             try {
                 backend_.unmap_chunk(p, chunk);
-            } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor must not throw; the memory is lost
+            } catch (...) {  // a destructor must not throw; the memory is lost
+                still_mapped = true;
             }
         }
     }
+    if (still_mapped) return;
     try {
         backend_.free_address_range(head->ptr, head->segment_size);
     } catch (...) {  // NOLINT(bugprone-empty-catch): as above

@@ -18,6 +18,20 @@ sys::MemAccessDesc read_write_for(sys::Device device) noexcept {
     return desc;
 }
 
+// Note [A failed unmap or release is tried again]: a chunk whose unmap failed is still mapped, and a handle
+// whose release failed still holds its memory, so either would leak the chunk (and a mapped chunk would
+// keep its address range from being freed). The call is made once more; a failure the retry undid is
+// deferred (Device::rethrow_deferred_error), so it shows without leaving anything behind. Returns the
+// first failure when the retry failed too.
+template <typename Call>
+sys::Result tried_twice(const detail::DeviceState& device, sys::Entry entry, const Call& call) {
+    const sys::Result first = call();
+    if (first == sys::kSuccess) return first;
+    if (call() != sys::kSuccess) return first;
+    device.defer(first, entry);
+    return sys::kSuccess;
+}
+
 }  // namespace
 
 VirtualMemory::VirtualMemory(detail::DeviceState& device) : device_(device) {
@@ -85,7 +99,7 @@ bool VirtualMemory::map(DevicePtr ptr, std::size_t bytes, std::size_t chunk) {
     // unless it is out of memory, which returns false.
     const auto give_up = [&](sys::Result result, sys::Entry failed) {
         for (std::size_t offset = 0; offset < mapped; offset += chunk) {
-            if (api.mem_unmap(ptr + offset, chunk) == sys::kSuccess)
+            if (unmap_chunk(ptr + offset, chunk) == sys::kSuccess)
                 detail::AtomicCounters::bump(counters.driver_frees);
         }
         if (result != sys::kErrorOutOfMemory) device_.throw_error(result, failed);
@@ -96,15 +110,14 @@ bool VirtualMemory::map(DevicePtr ptr, std::size_t bytes, std::size_t chunk) {
         if (const sys::Result r = api.mem_create(&handle, chunk, &prop_, 0); r != sys::kSuccess)
             return give_up(r, sys::Entry::mem_create);
         const sys::Result r = api.mem_map(ptr + mapped, chunk, 0, handle, 0);
-        // Note [Expandable segments]: the mapping keeps the memory alive; unmapping will free it.
-        const sys::Result released = api.mem_release(handle);
+        // Note [Expandable segments]: the mapping keeps the memory alive; unmapping will free it. Released
+        // whether or not the map succeeded (Note [A failed unmap or release is tried again]).
+        const sys::Result released =
+            tried_twice(device_, sys::Entry::mem_release, [&] { return api.mem_release(handle); });
         if (r != sys::kSuccess) return give_up(r, sys::Entry::mem_map);
         detail::AtomicCounters::bump(counters.driver_allocations);
         if (released != sys::kSuccess) {
-            // The handle still holds the memory: released once more (unmapping frees it then), and the
-            // chunk undone with the others.
-            static_cast<void>(api.mem_release(handle));
-            mapped += chunk;
+            mapped += chunk;  // undone with the others
             return give_up(released, sys::Entry::mem_release);
         }
     }
@@ -116,8 +129,14 @@ bool VirtualMemory::map(DevicePtr ptr, std::size_t bytes, std::size_t chunk) {
 
 void VirtualMemory::unmap(DevicePtr ptr, std::size_t chunk) {
     const auto scope = device_.bind();
-    device_.check(device_.api().mem_unmap(ptr, chunk), sys::Entry::mem_unmap);
+    device_.check(unmap_chunk(ptr, chunk), sys::Entry::mem_unmap);
     detail::AtomicCounters::bump(device_.counters().driver_frees);
+}
+
+// Note [A failed unmap or release is tried again].
+sys::Result VirtualMemory::unmap_chunk(DevicePtr ptr, std::size_t chunk) const {
+    const sys::DriverApi& api = device_.api();
+    return tried_twice(device_, sys::Entry::mem_unmap, [&] { return api.mem_unmap(ptr, chunk); });
 }
 
 void VirtualMemory::synchronize() {

@@ -41,6 +41,8 @@ class VirtualMemory {
 
   private:
     [[nodiscard]] std::vector<sys::MemAccessDesc> access() const;
+    // cuMemUnmap, tried once more where it fails (Note [A failed unmap or release is tried again]).
+    [[nodiscard]] sys::Result unmap_chunk(DevicePtr ptr, std::size_t chunk) const;
 
     detail::DeviceState& device_;
     sys::MemAllocationProp prop_;

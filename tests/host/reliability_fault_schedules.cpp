@@ -496,6 +496,19 @@ TEST_CASE("reliability.random_failure_schedules") {
                                   : 0;
             refused.device_allocations += f.entry == fake::Entry::mem_free ? 1 : 0;
         }
+        // A chunk whose unmap or release failed twice in a row stays (Note [A failed unmap or release is
+        // tried again]); a chunk left mapped keeps its address range.
+        const auto failed_twice = [&](const fake::FaultInjector::Fired& first) {
+            return std::any_of(fired.begin(), fired.end(), [&](const fake::FaultInjector::Fired& f) {
+                return f.entry == first.entry && f.call == first.call + 1;
+            });
+        };
+        for (const auto& f : fired) {
+            if (f.entry != fake::Entry::mem_unmap && f.entry != fake::Entry::mem_release) continue;
+            if (!failed_twice(f)) continue;
+            refused.physical_allocations += 1;
+            refused.address_ranges += f.entry == fake::Entry::mem_unmap ? 1 : 0;
+        }
         INFO("left: " << fake::to_string(live));
         CHECK(live.modules <= refused.modules);
         CHECK(live.host_allocations <= refused.host_allocations);
@@ -504,8 +517,8 @@ TEST_CASE("reliability.random_failure_schedules") {
         CHECK(live.graphs <= refused.graphs);
         CHECK(live.device_allocations <= refused.device_allocations);
         CHECK(live.pool_chunks == 0);
-        CHECK(live.address_ranges == 0);  // expandable segments give everything back at teardown
-        CHECK(live.physical_allocations == 0);
+        CHECK(live.address_ranges <= refused.address_ranges);  // expandable segments give everything back
+        CHECK(live.physical_allocations <= refused.physical_allocations);
         CHECK(live.retained_primary_contexts == 0);
     }
     MESSAGE(schedules << " schedules (" << sticky_runs << " with a sticky error): " << fired_total
