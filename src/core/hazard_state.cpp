@@ -64,16 +64,16 @@ std::uint64_t HazardState::owner_position(const Timeline& owner) const noexcept 
     return last != kTrackedSoFar ? last : owner.position();
 }
 
-void HazardState::materialize_locked(bool whole) {
+void HazardState::materialize_locked(bool whole_write) {
     Timeline* owner = exclusive_.load(std::memory_order_relaxed);
     // The owner's uses are "its tracked work so far" (Note [Single-stream fast path]), or everything it
-    // submitted for an owner that wrote unseen. Made concrete at once for an access of the whole buffer:
-    // any access of the owner not yet counted would overlap it (Note [Single-stream fast path], thread
-    // safety), so its last one is stamped (Note [Owner's last access]).
+    // submitted for an owner that wrote unseen. Made concrete at once for a write of the whole buffer:
+    // any access of the owner not yet counted would conflict with it (Note [Single-stream fast path],
+    // thread safety), so its last one is stamped (Note [Owner's last access]).
     const std::uint64_t last = owner_last_.load(std::memory_order_acquire);
-    const std::uint64_t position = last == kOwnersWork         ? kOwnersWork
-                                   : whole && owner != nullptr ? owner_position(*owner)
-                                                               : kTrackedSoFar;
+    const std::uint64_t position = last == kOwnersWork               ? kOwnersWork
+                                   : whole_write && owner != nullptr ? owner_position(*owner)
+                                                                     : kTrackedSoFar;
     table_.reset(bytes_, Use{owner, position});  // may throw
     if (Timeline* reader = reader_.load(std::memory_order_relaxed); reader != nullptr) {
         table_.apply(0, bytes_, Use{reader, reader_position_}, Access::read);  // no split: cannot throw
@@ -166,7 +166,9 @@ bool HazardState::apply(Timeline& timeline, std::size_t offset, std::size_t byte
                 return true;
             }
         }
-        if (!table_active_) materialize_locked(whole);
+        // Note [Owner's last access]: a whole read may meet a read of the owner not yet stamped (reads
+        // need no order among themselves); only a whole write is sure to come after every owner access.
+        if (!table_active_) materialize_locked(whole && access == Access::write);
         keep_locked(timeline);
         table_.apply(offset, offset + bytes, Use{&timeline, position}, access);
         // Back to Note [Single-stream fast path] when `timeline` now owns the whole buffer. Note: not for

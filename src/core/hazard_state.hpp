@@ -62,9 +62,9 @@ class SpinLock {
 // concurrent access of the owner elsewhere keeps its "so far"). A write of the whole buffer by one stream
 // returns to the fast path.
 //
-// Thread safety: accesses from several threads at once (one thread per stream) are safe; accesses to
-// overlapping bytes from two threads at once must be ordered by the program, as for any shared object (the
-// library then orders them in the order it sees them).
+// Thread safety: accesses from several threads at once (one thread per stream) are safe; conflicting
+// accesses from two threads at once (overlapping bytes, one a write) must be ordered by the program, as for
+// any shared object (the library then orders them in the order it sees them). Reads need no order.
 //
 // Note [Owner's last access]
 // "Its tracked work so far" is more than another stream needs: the owner went on to enqueue work on other
@@ -76,7 +76,9 @@ class SpinLock {
 // operation that touched more owned buffers than it keeps stamps for), and the owner's position now
 // stands in. A first access to part of the buffer still takes "its tracked work so far" for the rest: an
 // access of the owner elsewhere in the buffer may be under way on another thread, and its stamp is not
-// there yet.
+// there yet. So does a read of the whole buffer that builds the table (a second foreign reader): the
+// owner may be reading meanwhile, unstamped, as reads need no order among themselves. Only a whole write
+// is sure to come after every access of the owner.
 //
 // Note [One foreign reader]
 // The common hand-over (gradients written on one stream, read whole by a step on another, written whole
@@ -185,9 +187,9 @@ class HazardState {
     void detach_link() noexcept;
 
   private:
-    // The fast path's owner (or an untouched buffer) becomes a range table; `whole`: for an access of the
-    // whole buffer. Holds lock_.
-    void materialize_locked(bool whole);
+    // The fast path's owner (or an untouched buffer) becomes a range table; `whole_write`: for a write of
+    // the whole buffer (the owner's stamp is then complete). Holds lock_.
+    void materialize_locked(bool whole_write);
     // Keeps `timeline`'s stream (and its device) alive while this state may name it. Holds lock_.
     void keep_locked(const Timeline& timeline);
     // Only `owner`'s stream stays kept. Holds lock_.

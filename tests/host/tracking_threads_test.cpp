@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <barrier>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -126,4 +127,87 @@ TEST_CASE("tracking.a_thread_per_stream_on_sub_views_of_shared_buffers") {
     }
     CHECK_MESSAGE(problem.empty(), problem);
     CHECK(driver.violations().empty());
+}
+
+namespace {
+// A copy on one chosen stream stops inside the driver until the test lets it go: the window between an
+// operation's check of the fast path and its completion, where other threads may act.
+struct PausedCopy {
+    std::mutex mutex;
+    std::condition_variable changed;
+    sys::Stream stream = nullptr;  // the copy to pause is the next one on this stream
+    bool inside = false;
+    bool go = false;
+    sys::Result (*inner)(DevicePtr, DevicePtr, std::size_t, sys::Stream) = nullptr;
+};
+PausedCopy* paused_copy = nullptr;
+
+sys::Result pausing_copy(DevicePtr dst, DevicePtr src, std::size_t bytes, sys::Stream stream) {
+    PausedCopy& p = *paused_copy;
+    {
+        std::unique_lock lock(p.mutex);
+        if (stream == p.stream) {
+            p.stream = nullptr;
+            p.inside = true;
+            p.changed.notify_all();
+            p.changed.wait(lock, [&] { return p.go; });
+        }
+    }
+    return p.inner(dst, src, bytes, stream);
+}
+}  // namespace
+
+// Note [Owner's last access]: a read by the buffer's owner may be under way on one thread while two other
+// streams read the whole buffer on another (reads need not be ordered among themselves), and the second of
+// those builds the range table. The owner's read is not stamped yet, so the table must not take the stamp
+// for the owner's last access: a later writer would not wait for that read.
+TEST_CASE("tracking.an_owners_read_under_way_while_other_streams_read_the_whole_buffer_is_waited_for") {
+    fake::FakeDriver driver;
+    sys::DriverApi api = driver.api();
+    PausedCopy pause;
+    pause.inner = api.memcpy_dtod_async;
+    api.memcpy_dtod_async = pausing_copy;
+    paused_copy = &pause;
+    fake::DriverOverride installed(api);
+    {
+        constexpr std::size_t kCount = 1024;
+        auto device = Device::open(0);
+        auto owner = device.create_stream();
+        std::vector<int> written(kCount);
+        for (std::size_t i = 0; i < kCount; ++i) written[i] = static_cast<int>(i) + 1;
+        auto buffer = DeviceSlice<int>::from_host(owner, written);
+        auto owners_copy = DeviceSlice<int>::zeros(owner, kCount);
+        // Streams that have seen the owner's write (forked after it), so that nothing they do waits for it.
+        auto reader1 = owner.fork();
+        auto reader2 = owner.fork();
+        auto writer = owner.fork();
+        auto copy1 = DeviceSlice<int>::zeros(reader1, kCount);
+        auto copy2 = DeviceSlice<int>::zeros(reader2, kCount);
+        driver.hold(owner.native());  // the owner's read stays queued until the end
+
+        pause.stream = owner.native();
+        std::thread owner_thread([&] { copy(owner, owners_copy.view(), std::as_const(buffer).view()); });
+        {
+            std::unique_lock lock(pause.mutex);
+            pause.changed.wait(lock, [&] { return pause.inside; });
+        }
+        copy(reader1, copy1.view(), std::as_const(buffer).view());  // the one foreign reader
+        copy(reader2, copy2.view(), std::as_const(buffer).view());  // a second one: the range table
+        {
+            std::lock_guard lock(pause.mutex);
+            pause.go = true;
+        }
+        pause.changed.notify_all();
+        owner_thread.join();
+
+        memset(writer, buffer.view(), 0);  // must wait for the owner's read, still queued
+        driver.release(owner.native());
+        device.synchronize();
+        std::vector<int> seen(kCount);
+        copy(owner, std::span<int>(seen), std::as_const(owners_copy).view());
+        CHECK(seen == written);
+        copy(owner, std::span<int>(seen), std::as_const(copy1).view());
+        CHECK(seen == written);
+    }
+    paused_copy = nullptr;
 }
