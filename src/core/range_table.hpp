@@ -81,6 +81,15 @@ class UseSet {
     }
     // Merging: keeps the later position of each timeline.
     void raise(Use use) {
+        // Note: a step's needs are mostly one stream's, the first entry's: checked before the search, inline.
+        if (size_ != 0 && inline_.items[0].timeline == use.timeline) {
+            if (use.position > inline_.items[0].position) inline_.items[0].position = use.position;
+            return;
+        }
+        raise_elsewhere(use);
+    }
+    // Out of line, so that raise stays small enough to inline.
+    [[gnu::noinline]] void raise_elsewhere(Use use) {
         if (Use* existing = find(use.timeline)) {
             if (use.position > existing->position) existing->position = use.position;
             return;
