@@ -52,8 +52,15 @@ class GraphState {
                 "capture is not supported (the memory the inner graph owns would not live as long as the "
                 "outer graph)");
         }
+        // The replay is one operation on `stream` with the captured work's accesses: at most one wait per
+        // source stream before it and one event after it (Note [Stream timelines]).
+        // Note: a buffer found released throws here, before anything is enqueued (an operation never
+        // ordered changes nothing).
+        Operation op(s);
         for (const GraphBufferUse& use : uses_) {
-            if (use.link->state == nullptr) throw_released(use, "Graph::launch");
+            HazardState* state = use.link->state;
+            if (state == nullptr) throw_released(use, "Graph::launch");
+            for (const GraphRange& r : use.ranges) op.access(*state, r.begin, r.end - r.begin, r.access);
         }
         // Note [Capture overlay]: memory the capture took from the cache was last used by work before the
         // capture; the first launch waits for it (later ones follow the first).
@@ -64,13 +71,6 @@ class GraphState {
                 device_->wait_event(s.handle(), p.event->handle());
             }
             s.timeline().note_waited(p.stream->timeline(), *p.event);
-        }
-        // The replay is one operation on `stream` with the captured work's accesses: at most one wait per
-        // source stream before it and one event after it (Note [Stream timelines]).
-        Operation op(s);
-        for (const GraphBufferUse& use : uses_) {
-            for (const GraphRange& r : use.ranges)
-                op.access(*use.link->state, r.begin, r.end - r.begin, r.access);
         }
         op.order();
         {
