@@ -163,3 +163,70 @@ TEST_CASE("reliability.stream_ordered_source_reports_a_failed_pool_query") {
     CHECK(contains(what, "cuDeviceGetAttribute"));
     CHECK(gpu.driver.live() == fake::LiveCounts{});
 }
+
+namespace {
+Device open_expandable() {
+    DeviceOptions options;
+    options.memory_source = MemorySource::expandable;
+    return Device::open(0, options);
+}
+}  // namespace
+
+// Note [A failed unmap or release is tried again] (src/alloc/virtual_memory.cpp). Found by
+// reliability.random_failure_schedules in CI: a chunk whose map and then release both failed kept its memory.
+TEST_CASE("reliability.expandable_chunk_whose_map_and_release_fail_is_not_leaked") {
+    FakeGpu gpu;
+    {
+        auto device = open_expandable();
+        gpu.faults.fail_nth(fake::Entry::mem_map, 1, kInjected);
+        gpu.faults.fail_nth(fake::Entry::mem_release, 1, kInjected);
+        const std::string thrown = error_from(
+            [&] { static_cast<void>(DeviceSlice<int>::uninitialized(device.default_stream(), 1024)); });
+        CHECK(contains(thrown, "cuMemMap"));
+        CHECK(gpu.driver.physical_bytes(0) == 0);  // released by the retry
+        const std::string deferred = error_from([&] { device.rethrow_deferred_error(); });
+        CHECK(contains(deferred, "cuMemRelease"));
+        // The device still works.
+        auto slice = DeviceSlice<int>::zeros(device.default_stream(), 1024);
+        CHECK(slice.to_vector(device.default_stream()) == std::vector<int>(1024, 0));
+    }
+    CHECK(gpu.driver.violations().empty());
+    CHECK(gpu.driver.live() == fake::LiveCounts{});
+}
+
+// Also found in CI: a cuMemUnmap that failed while a failed cuMemSetAccess was undone left the chunk mapped,
+// and teardown freed its address range under it.
+TEST_CASE("reliability.expandable_chunk_whose_unmap_fails_while_undoing_a_map_is_unmapped_by_the_retry") {
+    FakeGpu gpu;
+    {
+        auto device = open_expandable();
+        gpu.faults.fail_nth(fake::Entry::mem_set_access, 1, kInjected);
+        gpu.faults.fail_nth(fake::Entry::mem_unmap, 1, kInjected);
+        const std::string thrown = error_from(
+            [&] { static_cast<void>(DeviceSlice<int>::uninitialized(device.default_stream(), 1024)); });
+        CHECK(contains(thrown, "cuMemSetAccess"));
+        CHECK(gpu.driver.physical_bytes(0) == 0);
+        const std::string deferred = error_from([&] { device.rethrow_deferred_error(); });
+        CHECK(contains(deferred, "cuMemUnmap"));
+    }
+    CHECK(gpu.driver.violations().empty());
+    CHECK(gpu.driver.live() == fake::LiveCounts{});
+}
+
+// A chunk that cannot be unmapped at all keeps its range at teardown: the driver frees no range with
+// mappings in it (the fake reports the attempt as a violation).
+TEST_CASE("reliability.expandable_chunk_that_cannot_be_unmapped_keeps_its_address_range") {
+    FakeGpu gpu;
+    {
+        auto device = open_expandable();
+        { auto slice = DeviceSlice<int>::zeros(device.default_stream(), 1024); }
+        device.synchronize();
+        gpu.faults.fail_nth(fake::Entry::mem_unmap, 1, kInjected, fake::FaultInjector::kForever);
+    }
+    CHECK(gpu.driver.violations().empty());
+    const fake::LiveCounts live = gpu.driver.live();
+    CHECK(live.address_ranges == 1);
+    CHECK(live.physical_allocations == 1);
+    CHECK(gpu.faults.calls(fake::Entry::mem_unmap) == 2);  // tried, and tried again
+    CHECK(gpu.faults.calls(fake::Entry::mem_address_free) == 0);
+}
