@@ -88,14 +88,6 @@ class UseSet {
         }
         raise_elsewhere(use);
     }
-    // Out of line, so that raise stays small enough to inline.
-    [[gnu::noinline]] void raise_elsewhere(Use use) {
-        if (Use* existing = find(use.timeline)) {
-            if (use.position > existing->position) existing->position = use.position;
-            return;
-        }
-        push(use);
-    }
     void assign_one(Use use) noexcept {
         clear();
         inline_.items[0] = use;
@@ -123,6 +115,14 @@ class UseSet {
     }
 
   private:
+    // Out of line, so that raise stays small enough to inline.
+    [[gnu::noinline]] void raise_elsewhere(Use use) {
+        if (Use* existing = find(use.timeline)) {
+            if (use.position > existing->position) existing->position = use.position;
+            return;
+        }
+        push(use);
+    }
     void push(Use use) {
         if (size_ >= N)
             more_.push_back(use);  // may throw: nothing changed yet
