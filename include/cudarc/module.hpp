@@ -94,6 +94,9 @@ class CUDARC_API Module {
 
     /// Copies into / out of a global variable, asynchronously on `stream` (from device to pageable host
     /// memory the copy returns when the data is there). The size must match the variable's exactly.
+    /// Into a global from pageable memory, the driver has taken the values when the call returns; from
+    /// page-locked memory (a PinnedBuffer's, or registered memory) the copy runs in stream order, so keep
+    /// the values unchanged until `stream` has reached it.
     /// Note: globals are not hazard-tracked; use them on one stream, or order the streams yourself.
     template <typename T>
     void copy_to_global(Stream& stream, std::string_view name, std::span<const T> values) const {
