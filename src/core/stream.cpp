@@ -180,10 +180,13 @@ void Stream::join_parent() noexcept {
     } catch (...) {
     }
     // The join could not be enqueued: make the child's work complete on the host instead (counted), so
-    // that the parent's later work still comes after it.
+    // that the parent's later work still comes after it; the whole device, where even that fails.
     const auto scope = device.bind_or_defer();
-    device.defer(device.api().stream_synchronize(state_->handle()), sys::Entry::stream_synchronize);
+    const sys::Result synced = device.api().stream_synchronize(state_->handle());
     detail::AtomicCounters::bump(device.counters().stream_synchronizes);
+    if (synced == sys::kSuccess) return;
+    device.defer(synced, sys::Entry::stream_synchronize);
+    device.synchronize_noexcept();
 }
 
 void Stream::release() noexcept {

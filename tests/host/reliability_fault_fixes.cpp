@@ -230,3 +230,31 @@ TEST_CASE("reliability.expandable_chunk_that_cannot_be_unmapped_keeps_its_addres
     CHECK(gpu.faults.calls(fake::Entry::mem_unmap) == 2);  // tried, and tried again
     CHECK(gpu.faults.calls(fake::Entry::mem_address_free) == 0);
 }
+
+// Stream::join_parent: a child whose join cannot be enqueued waits for its work on the host; where even
+// that wait fails, for the whole device, so that the parent's later work still comes after the child's.
+TEST_CASE("reliability.join_whose_record_and_stream_wait_fail_waits_for_the_device") {
+    FakeGpu gpu;
+    {
+        auto device = Device::open(0);
+        auto parent = device.create_stream();
+        auto buffer = DeviceSlice<int>::zeros(parent, 1024);
+        const Counters before = device.counters();
+        {
+            Stream child = parent.fork();
+            gpu.driver.hold(child.native());
+            memset(child, buffer.view(), 1);
+            gpu.faults.fail_nth(fake::Entry::event_record, 1, kInjected);
+            gpu.faults.fail_nth(fake::Entry::stream_synchronize, 1, kInjected);
+        }  // the join
+        CHECK(gpu.faults.fired().size() == 2);
+        const Counters made = device.counters() - before;
+        CHECK(made.context_synchronizes == 1);
+        CHECK(gpu.driver.queued_operations() == 0);  // the child's memset ran before the join returned
+        const std::string deferred = error_from([&] { device.rethrow_deferred_error(); });
+        CHECK(contains(deferred, "cuEventRecord"));
+        CHECK(buffer.to_vector(parent) == std::vector<int>(1024, 0x01010101));
+    }
+    CHECK(gpu.driver.violations().empty());
+    CHECK(gpu.driver.live() == fake::LiveCounts{});
+}
