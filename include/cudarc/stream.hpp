@@ -77,7 +77,8 @@ class CUDARC_API Stream {
     Stream& operator=(Stream&& other) noexcept;
     /// A forked stream joins its parent (an event and a cross-stream wait) and goes back to the pool; a
     /// created one goes back to the pool; a wrapped one records a final event on the foreign stream. Never
-    /// blocks the host (unless that record fails: then it waits for the stream, counted). Never throws.
+    /// blocks the host (unless that record fails: then it waits for the stream, or for the whole device
+    /// where that wait fails too, counted). Never throws.
     ~Stream();
 
     /// A child stream that first waits for this stream's work so far, and joins back on destruction. Forked
