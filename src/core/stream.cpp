@@ -165,6 +165,18 @@ Stream::~Stream() {
     release();
 }
 
+namespace {
+// Waits on the host for `stream`'s work (counted), or for the whole device where that wait fails: for an
+// ordering that could not be enqueued. Failures are deferred. In the stream's device's context.
+void wait_on_host(DeviceState& device, sys::Stream stream) noexcept {
+    const sys::Result synced = device.api().stream_synchronize(stream);
+    detail::AtomicCounters::bump(device.counters().stream_synchronizes);
+    if (synced == sys::kSuccess) return;
+    device.defer(synced, sys::Entry::stream_synchronize);
+    device.synchronize_noexcept();
+}
+}  // namespace
+
 void Stream::join_parent() noexcept {
     DeviceState& device = state_->device();
     if (!parent_->alive()) return;  // a foreign parent whose wrapper is gone: nothing left to join into
@@ -179,14 +191,10 @@ void Stream::join_parent() noexcept {
         device.defer(error);  // for Device::rethrow_deferred_error
     } catch (...) {
     }
-    // The join could not be enqueued: make the child's work complete on the host instead (counted), so
-    // that the parent's later work still comes after it; the whole device, where even that fails.
+    // The join could not be enqueued: make the child's work complete on the host instead, so that the
+    // parent's later work still comes after it.
     const auto scope = device.bind_or_defer();
-    const sys::Result synced = device.api().stream_synchronize(state_->handle());
-    detail::AtomicCounters::bump(device.counters().stream_synchronizes);
-    if (synced == sys::kSuccess) return;
-    device.defer(synced, sys::Entry::stream_synchronize);
-    device.synchronize_noexcept();
+    wait_on_host(device, state_->handle());
 }
 
 void Stream::release() noexcept {
@@ -212,11 +220,7 @@ void Stream::release() noexcept {
                 device.defer(error);
             } catch (...) {
             }
-            if (final_event == nullptr) {
-                device.defer(device.api().stream_synchronize(state_->handle()),
-                             sys::Entry::stream_synchronize);
-                detail::AtomicCounters::bump(device.counters().stream_synchronizes);
-            }
+            if (final_event == nullptr) wait_on_host(device, state_->handle());
             state_->retire(final_event);
             if (state_->ownership() == detail::StreamOwnership::foreign) {
                 device.memory().retire_stream(*state_);

@@ -258,3 +258,32 @@ TEST_CASE("reliability.join_whose_record_and_stream_wait_fail_waits_for_the_devi
     CHECK(gpu.driver.violations().empty());
     CHECK(gpu.driver.live() == fake::LiveCounts{});
 }
+
+// The same for a wrapped stream: its final event could not be recorded and the host wait for it failed,
+// yet it is retired as complete; so the whole device is waited for first.
+TEST_CASE("reliability.wrapped_stream_whose_final_record_and_stream_wait_fail_waits_for_the_device") {
+    FakeGpu gpu;
+    {
+        auto device = Device::open(0);
+        const sys::Stream foreign_handle = raw_stream(gpu, device);
+        auto buffer = DeviceSlice<int>::zeros(device.default_stream(), 1024);
+        const Counters before = device.counters();
+        {
+            Stream foreign = Stream::wrap(device, foreign_handle);
+            foreign.join(device.default_stream());
+            gpu.driver.hold(foreign_handle);
+            memset(foreign, buffer.view(), 1);
+            gpu.faults.fail_nth(fake::Entry::event_record, 1, kInjected);
+            gpu.faults.fail_nth(fake::Entry::stream_synchronize, 1, kInjected);
+        }
+        CHECK(gpu.faults.fired().size() == 2);
+        CHECK((device.counters() - before).context_synchronizes == 1);
+        CHECK(gpu.driver.queued_operations() == 0);
+        const std::string deferred = error_from([&] { device.rethrow_deferred_error(); });
+        CHECK(contains(deferred, "cuEventRecord"));
+        CHECK(buffer.to_vector(device.default_stream()) == std::vector<int>(1024, 0x01010101));
+        raw_destroy(gpu, foreign_handle);
+    }
+    CHECK(gpu.driver.violations().empty());
+    CHECK(gpu.driver.live() == fake::LiveCounts{});
+}
