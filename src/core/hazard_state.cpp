@@ -59,11 +59,6 @@ bool owner_untracked_use(const RangeTable::Range& range) noexcept {
 }
 }  // namespace
 
-std::uint64_t HazardState::owner_position(const Timeline& owner) const noexcept {
-    const std::uint64_t last = owner_last_.load(std::memory_order_acquire);
-    return last != kTrackedSoFar ? last : owner.position();
-}
-
 void HazardState::materialize_locked(bool whole_write) {
     Timeline* owner = exclusive_.load(std::memory_order_relaxed);
     // The owner's uses are "its tracked work so far" (Note [Single-stream fast path]), or everything it
@@ -84,22 +79,8 @@ void HazardState::materialize_locked(bool whole_write) {
     exclusive_.store(nullptr, std::memory_order_release);
 }
 
-void HazardState::collect(Timeline& timeline, std::size_t offset, std::size_t bytes, Access access,
-                          Needs& needs) {
-    if (bytes == 0) return;
-    if (Timeline* owner = exclusive_.load(std::memory_order_acquire);
-        owner != nullptr && (access == Access::read || reader_.load(std::memory_order_acquire) == nullptr)) {
-        // Note [One foreign reader]: only a write must see the reader (a read beside it may come meanwhile).
-        if (owner == &timeline) return;
-        if (offset == 0 && bytes == bytes_) {
-            // The whole buffer on the fast path: the owner's last access, and no lock. Note: a whole access
-            // overlaps every other, so no other thread may change the state meanwhile but by an access
-            // that needs nothing of this one (a read beside a read), which leaves the owner's uses as they
-            // were (Note [Single-stream fast path], thread safety). No table yet: apply builds it.
-            needs.raise(Use{owner, owner_position(*owner)});
-            return;
-        }
-    }
+void HazardState::collect_locked(Timeline& timeline, std::size_t offset, std::size_t bytes, Access access,
+                                 Needs& needs) {
     std::lock_guard lock(lock_);
     Timeline* owner = exclusive_.load(std::memory_order_relaxed);
     Timeline* reader = reader_.load(std::memory_order_relaxed);

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -126,8 +127,26 @@ class HazardState {
             owner_last_.store(kTrackedSoFar, std::memory_order_release);
     }
     // Adds to `needs` what an access by `timeline` to bytes [offset, offset + bytes) must wait for. Throws
-    // only for want of memory, leaving an equivalent state.
-    void collect(Timeline& timeline, std::size_t offset, std::size_t bytes, Access access, Needs& needs);
+    // only for want of memory, leaving an equivalent state. Inline: the fast path's cases take no lock.
+    void collect(Timeline& timeline, std::size_t offset, std::size_t bytes, Access access, Needs& needs) {
+        if (bytes == 0) return;
+        if (Timeline* owner = exclusive_.load(std::memory_order_acquire);
+            owner != nullptr &&
+            (access == Access::read || reader_.load(std::memory_order_acquire) == nullptr)) {
+            // Note [One foreign reader]: only a write must see the reader (a read may come beside it).
+            if (owner == &timeline) return;
+            if (offset == 0 && bytes == bytes_) {
+                // The whole buffer on the fast path: the owner's last access, and no lock. Note: a whole
+                // access overlaps every other, so no other thread may change the state meanwhile but by an
+                // access that needs nothing of this one (a read beside a read), which leaves the owner's
+                // uses as they were (Note [Single-stream fast path], thread safety). No table yet: apply
+                // builds it.
+                needs.raise(Use{owner, owner_position(*owner)});
+                return;
+            }
+        }
+        collect_locked(timeline, offset, bytes, access, needs);
+    }
     // Records that access at `position` once its work is enqueued. Returns true when another stream may
     // need to wait for it (the buffer stays shared): the operation then records one event after it. Never
     // throws: without memory for the bookkeeping it waits for the device (counted) instead.
@@ -187,6 +206,9 @@ class HazardState {
     void detach_link() noexcept;
 
   private:
+    // collect, past the fast path's cases: under the lock.
+    void collect_locked(Timeline& timeline, std::size_t offset, std::size_t bytes, Access access,
+                        Needs& needs);
     // The fast path's owner (or an untouched buffer) becomes a range table; `whole_write`: for a write of
     // the whole buffer (the owner's stamp is then complete). Holds lock_.
     void materialize_locked(bool whole_write);
@@ -196,7 +218,10 @@ class HazardState {
     void prune_keeps_locked(const Timeline* owner) noexcept;
     // Where the fast path's owner last accessed the buffer (Note [Owner's last access]): a concrete
     // position, or kOwnersWork for an owner that wrote unseen.
-    [[nodiscard]] std::uint64_t owner_position(const Timeline& owner) const noexcept;
+    [[nodiscard]] std::uint64_t owner_position(const Timeline& owner) const noexcept {
+        const std::uint64_t last = owner_last_.load(std::memory_order_acquire);
+        return last != kTrackedSoFar ? last : owner.position();
+    }
 
     mutable SpinLock lock_;
     std::atomic<Timeline*> exclusive_;

@@ -47,7 +47,8 @@ struct Use {
 template <std::size_t N>
 class UseSet {
   public:
-    UseSet() noexcept = default;
+    // Note: the first entry is set (raise reads it inline, where the compiler cannot see size_ guard it).
+    UseSet() noexcept { inline_.items[0] = Use{}; }
     UseSet(const UseSet&) = default;
     UseSet& operator=(const UseSet&) = default;
     UseSet(UseSet&&) noexcept = default;
@@ -131,8 +132,8 @@ class UseSet {
         ++size_;
     }
 
-    // Note: left uninitialized past size_ (an operation's needs are made fresh for every launch); copied as
-    // bytes.
+    // Note: left uninitialized past size_ but for the first entry (an operation's needs are made fresh for
+    // every launch); copied as bytes.
     union Inline {
         Inline() noexcept {}  // NOLINT(modernize-use-equals-default): must not initialize items
         Use items[N];
