@@ -25,6 +25,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <mutex>
@@ -140,7 +141,18 @@ struct Shared {
           shape{static_cast<unsigned>(d.multiprocessor_count()),
                 static_cast<unsigned>(d.attribute(sys::attr::kMaxThreadsPerMultiprocessor))},
           cycles_per_us(std::max<long long>(1, spin_cycles(d, 0.001))),
-          operations_per_thread((operations_wanted + kThreads - 1) / kThreads) {}
+          operations_per_thread((operations_wanted + kThreads - 1) / kThreads),
+          progress_every(std::max<std::uint64_t>(1, operations_wanted / 10)) {}
+
+    // Every tenth of the operations, how long it took so far: a run stopped at a time limit (a sanitizer's
+    // is much slower) still tells its rate.
+    void count_operation() {
+        const std::uint64_t done = operations_done.fetch_add(1, std::memory_order_relaxed) + 1;
+        if (done % progress_every != 0) return;
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        std::fprintf(stderr, "stress: %llu operations after %.1f s\n", static_cast<unsigned long long>(done),
+                     seconds);
+    }
 
     [[nodiscard]] long stream_index(const Stream& stream) const noexcept { return &stream - streams; }
 
@@ -149,6 +161,9 @@ struct Shared {
     DeviceShape shape;
     long long cycles_per_us;
     std::uint64_t operations_per_thread;  // allocations and frees
+    std::uint64_t progress_every;
+    std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+    std::atomic<std::uint64_t> operations_done{0};
     const Stream* streams = nullptr;      // the first of the shared streams (for messages)
     std::atomic<std::uint32_t> next_id{1};
     std::atomic<std::uint64_t> allocations{0};
@@ -219,6 +234,7 @@ class Worker {
         Tracked t{DeviceSlice<float>::uninitialized(stream, count), 0, &stream, {}};
         ++operations_;
         ++shared_.allocations;
+        shared_.count_operation();
         return t;
     }
 
@@ -227,6 +243,7 @@ class Worker {
         live.pop_back();
         ++operations_;
         ++shared_.frees;
+        shared_.count_operation();
     }
 
     // A fresh pattern: a bench_fill of a float in [1, 2) whose mantissa is a unique id (three in four), or
