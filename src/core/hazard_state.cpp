@@ -31,11 +31,16 @@ void HazardState::detach_link() noexcept {
     link_.reset();
 }
 
+bool HazardState::must_keep(const Timeline& timeline) const noexcept {
+    if (device_ == nullptr || timeline.capture() != nullptr) return false;
+    const StreamState& stream = timeline.stream();
+    return stream.ownership() == StreamOwnership::foreign || &stream.device() != device_;
+}
+
 void HazardState::keep_locked(const Timeline& timeline) {
-    if (device_ == nullptr || timeline.capture() != nullptr) return;
+    if (!must_keep(timeline)) return;
     StreamState& stream = timeline.stream();
     const bool elsewhere = &stream.device() != device_;
-    if (stream.ownership() != StreamOwnership::foreign && !elsewhere) return;  // lives as long as the device
     for (const Keep& k : keeps_) {
         if (k.stream.get() == &stream) return;
     }
@@ -178,6 +183,22 @@ bool HazardState::apply(Timeline& timeline, std::size_t offset, std::size_t byte
         exclusive_.store(nullptr, std::memory_order_release);
         return false;
     }
+}
+
+bool HazardState::apply_handover(Timeline& timeline, std::uint64_t position) noexcept {
+    if (!must_keep(timeline)) {
+        std::lock_guard lock(lock_);
+        Timeline* const owner = exclusive_.load(std::memory_order_relaxed);
+        Timeline* const reader = reader_.load(std::memory_order_relaxed);
+        // Note [One foreign reader]: apply's case of a whole read by another stream than the owner.
+        if (!table_active_ && !precise_ && owner != nullptr && owner != &timeline &&
+            (reader == nullptr || reader == &timeline)) {
+            reader_position_ = position;
+            reader_.store(&timeline, std::memory_order_release);
+            return true;
+        }
+    }
+    return apply(timeline, 0, bytes_, Access::read, position);
 }
 
 void HazardState::record_use(Timeline& timeline) {

@@ -44,13 +44,18 @@ struct BufferLink {
 class SpinLock {
   public:
     void lock() noexcept {
-        for (unsigned spins = 0; flag_.exchange(true, std::memory_order_acquire); ++spins) {
-            if (spins > 64) std::this_thread::yield();
-        }
+        if (flag_.exchange(true, std::memory_order_acquire)) [[unlikely]]
+            wait_and_lock();
     }
     void unlock() noexcept { flag_.store(false, std::memory_order_release); }
 
   private:
+    // Out of line: the uncontended lock stays two instructions where it is inlined.
+    [[gnu::noinline]] void wait_and_lock() noexcept {
+        for (unsigned spins = 0; flag_.exchange(true, std::memory_order_acquire); ++spins) {
+            if (spins > 64) std::this_thread::yield();
+        }
+    }
     std::atomic<bool> flag_{false};
 };
 
@@ -147,6 +152,18 @@ class HazardState {
         }
         collect_locked(timeline, offset, bytes, access, needs);
     }
+    // Note [Hand-over reads] in core/operation.hpp: for a read of all `bytes` of the buffer by `timeline`,
+    // on the fast path with another owner (alone, or beside one foreign reader): adds what the read needs
+    // (the owner's last access) and returns true. Otherwise returns false, having added nothing.
+    [[nodiscard]] bool collect_handover(const Timeline& timeline, std::size_t bytes, Needs& needs) {
+        Timeline* owner = exclusive_.load(std::memory_order_acquire);
+        if (owner == nullptr || owner == &timeline || bytes != bytes_) return false;
+        needs.raise(Use{owner, owner_position(*owner)});  // as collect does for a whole read
+        return true;
+    }
+    // The read collect_handover took, at `position` once its work is enqueued: apply's result, through its
+    // commonest case (Note [One foreign reader]: `timeline` becomes, or stays, the one reader) in short.
+    [[nodiscard]] bool apply_handover(Timeline& timeline, std::uint64_t position) noexcept;
     // Records that access at `position` once its work is enqueued. Returns true when another stream may
     // need to wait for it (the buffer stays shared): the operation then records one event after it. Never
     // throws: without memory for the bookkeeping it waits for the device (counted) instead.
@@ -212,6 +229,9 @@ class HazardState {
     // The fast path's owner (or an untouched buffer) becomes a range table; `whole_write`: for a write of
     // the whole buffer (the owner's stamp is then complete). Holds lock_.
     void materialize_locked(bool whole_write);
+    // Whether this state must keep `timeline`'s stream alive while it names it: a foreign stream's, or
+    // another device's (the others live as long as their device).
+    [[nodiscard]] bool must_keep(const Timeline& timeline) const noexcept;
     // Keeps `timeline`'s stream (and its device) alive while this state may name it. Holds lock_.
     void keep_locked(const Timeline& timeline);
     // Only `owner`'s stream stays kept. Holds lock_.

@@ -15,14 +15,17 @@ std::vector<Operation::Pending>& Operation::spare() noexcept {
     return pending;
 }
 
-void Operation::add_pending(HazardState& state, std::size_t offset, std::size_t bytes, Access access) {
-    const Pending p{&state, &state, offset, bytes, access};
-    if (count_ < kInline) {
-        inline_[count_] = p;
-    } else {
-        if (more_.capacity() == 0) more_.swap(spare());
-        more_.push_back(p);
-    }
+void Operation::access_elsewhere(HazardState& state, std::size_t offset, std::size_t bytes, Access access) {
+    // Note [Hand-over reads]: what such a read needs is known now, and nothing else will be.
+    const bool handover = work_ == Work::tracked && access == Access::read && offset == 0 &&
+                          captures_underway.load(std::memory_order_relaxed) == 0 && !trace_waits() &&
+                          state.collect_handover(*timeline_, bytes, needs_);
+    add_pending(state, offset, bytes, access, handover);
+}
+
+void Operation::add_pending_growing(const Pending& pending) {
+    if (more_.capacity() == 0) more_.swap(spare());
+    more_.push_back(pending);
     ++count_;
 }
 
@@ -53,7 +56,13 @@ void Operation::route_into_capture() {
         session->join(stream_, CaptureRole::joined);
     }
     // Note [Capture overlay]: the accesses go to the capture's overlays, ordered by its own timelines.
-    for (std::size_t i = 0; i < count_; ++i) pending(i).state = &session->overlay_for(*pending(i).real);
+    // Hand-over reads gathered before the capture began take the general path there (Note [Hand-over
+    // reads]): their needs were the stream's own.
+    needs_.clear();
+    for (std::size_t i = 0; i < count_; ++i) {
+        pending(i).state = &session->overlay_for(*pending(i).real);
+        pending(i).collected = false;
+    }
     timeline_ = &session->timeline_of(stream_);
     capture_ = session;
 }
@@ -63,12 +72,12 @@ void Operation::order() {
     if (captures_underway.load(std::memory_order_relaxed) != 0) route_into_capture();
     if (trace_waits()) [[unlikely]]
         trace_needs();
-    Needs needs;
     for (std::size_t i = 0; i < count_; ++i) {
         const Pending& p = pending(i);
-        p.state->collect(*timeline_, p.offset, p.bytes, p.access, needs);
+        if (!p.collected) p.state->collect(*timeline_, p.offset, p.bytes, p.access, needs_);
     }
-    for (std::size_t i = 0; i < needs.size(); ++i) timeline_->wait_for(*needs[i].timeline, needs[i].position);
+    for (std::size_t i = 0; i < needs_.size(); ++i)
+        timeline_->wait_for(*needs_[i].timeline, needs_[i].position);
 }
 
 // Note [Tracing waits]: each buffer range's needs that this stream has not seen, with their reason.
@@ -99,7 +108,9 @@ void Operation::finish(std::uint64_t position) noexcept {
     bool shared = false;
     for (std::size_t i = 0; i < count_; ++i) {
         const Pending& p = pending(i);
-        shared = p.state->apply(*timeline_, p.offset, p.bytes, p.access, position) || shared;
+        shared = (p.collected ? p.state->apply_handover(*timeline_, position)
+                              : p.state->apply(*timeline_, p.offset, p.bytes, p.access, position)) ||
+                 shared;
         if (capture_ != nullptr) capture_->note_touched(*p.real, p.offset, p.bytes, p.access);
     }
     if (shared && position != kEverythingSoFar) {

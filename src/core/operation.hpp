@@ -12,6 +12,15 @@
 // Every cross-stream wait of hazard tracking goes through Operation::order, and every other ordering
 // between streams (frees, releases of borrowed memory, joins, cross-device uses) through Timeline::wait_for
 // or StreamState::order_before: the vector clocks see them all, so no wait is ever enqueued twice.
+//
+// Note [Hand-over reads]
+// The commonest cross-stream access is a hand-over: a buffer its owner wrote whole, read whole by a step
+// on another stream (Note [One foreign reader] in core/hazard_state.hpp). A step over 1024 gradients makes
+// 1024 of them, so each must cost little more than an access on the fast path. Such a read's needs are
+// gathered as it is declared (HazardState::collect_handover: no lock, the state's cache line already at
+// hand), order() skips it, and complete() records it through HazardState::apply_handover, a short case under
+// the lock. Anything else about the buffer (a table, a second reader, part of it, a capture under way,
+// tracing) takes the general path (collect, apply).
 #pragma once
 
 #include <array>
@@ -55,7 +64,7 @@ class Operation {
             }
             return;
         }
-        add_pending(state, offset, bytes, access);
+        access_elsewhere(state, offset, bytes, access);
     }
     // Enqueues what the accesses need: at most one wait per source stream, none it has already. During a
     // capture, the accesses of a captured stream go to the capture (Note [Capture overlay]). Throws when a
@@ -77,11 +86,26 @@ class Operation {
         std::size_t offset;
         std::size_t bytes;
         Access access;
+        bool collected;  // a hand-over read, its needs already in needs_ (Note [Hand-over reads])
     };
     static constexpr std::size_t kInline = 8;
     static constexpr std::size_t kInlineOwned = 16;
 
-    void add_pending(HazardState& state, std::size_t offset, std::size_t bytes, Access access);
+    // access() past the fast path: out of line, so that the fast path stays small where it is inlined.
+    void access_elsewhere(HazardState& state, std::size_t offset, std::size_t bytes, Access access);
+    // Inline while there is room (a step adds thousands): the rest out of line.
+    void add_pending(HazardState& state, std::size_t offset, std::size_t bytes, Access access,
+                     bool collected) {
+        if (count_ < kInline) {
+            inline_[count_++] = Pending{&state, &state, offset, bytes, access, collected};
+        } else if (more_.size() < more_.capacity()) {
+            more_.push_back(Pending{&state, &state, offset, bytes, access, collected});
+            ++count_;
+        } else {
+            add_pending_growing(Pending{&state, &state, offset, bytes, access, collected});
+        }
+    }
+    void add_pending_growing(const Pending& pending);
     // more_ comes from, and goes back to, a spare kept per thread: a step's thousands of accesses would
     // otherwise regrow it every step.
     void keep_spare() noexcept;
@@ -100,6 +124,7 @@ class Operation {
     CaptureSession* capture_ = nullptr;  // set when the accesses went to a capture
     bool accessed_ = false;
     std::size_t count_ = 0;
+    Needs needs_;  // gathered by hand-over reads as they come, the rest by order()
     std::array<Pending, kInline> inline_;
     std::vector<Pending> more_;
     std::size_t owned_count_ = 0;
