@@ -30,6 +30,7 @@ class GraphState {
           exec_(exec),
           capture_(capture),
           uses_(std::move(uses)),
+          replay_(flatten(uses_)),
           prerequisites_(std::move(prerequisites)) {}
     GraphState(const GraphState&) = delete;
     GraphState& operator=(const GraphState&) = delete;
@@ -57,10 +58,10 @@ class GraphState {
         // Note: a buffer found released throws here, before anything is enqueued (an operation never
         // ordered changes nothing).
         Operation op(s);
-        for (const GraphBufferUse& use : uses_) {
-            HazardState* state = use.link->state;
-            if (state == nullptr) throw_released(use, "Graph::launch");
-            for (const GraphRange& r : use.ranges) op.access(*state, r.begin, r.end - r.begin, r.access);
+        for (const ReplayAccess& a : replay_) {
+            HazardState* state = a.link->state;
+            if (state == nullptr) throw_released(*a.link, "Graph::launch");
+            op.access(*state, a.begin, a.bytes, a.access);
         }
         // Note [Capture overlay]: memory the capture took from the cache was last used by work before the
         // capture; the first launch waits for it (later ones follow the first).
@@ -107,6 +108,7 @@ class GraphState {
         release_capture(*device_, capture_, last_stream_);
         capture_ = std::exchange(newer.capture_, std::nullopt);
         uses_ = std::move(newer.uses_);
+        replay_ = std::move(newer.replay_);
         release_prerequisites();
         prerequisites_ = std::move(newer.prerequisites_);
         std::swap(graph_, newer.graph_);  // `newer` destroys what it now holds
@@ -149,14 +151,31 @@ class GraphState {
         return detail::Internals::stream_state(stream);
     }
 
-    [[noreturn]] static void throw_released(const GraphBufferUse& use, const char* what) {
+    // One range of uses_, as a replay reads them: in one array, so that a replay over thousands of buffers
+    // reads one entry each, not a buffer's entry and then its list of ranges.
+    struct ReplayAccess {
+        const BufferLink* link;  // uses_ holds it
+        std::size_t begin;
+        std::size_t bytes;
+        Access access;
+    };
+    static std::vector<ReplayAccess> flatten(const std::vector<GraphBufferUse>& uses) {
+        std::vector<ReplayAccess> out;
+        for (const GraphBufferUse& use : uses) {
+            for (const GraphRange& r : use.ranges)
+                out.push_back(ReplayAccess{use.link.get(), r.begin, r.end - r.begin, r.access});
+        }
+        return out;
+    }
+
+    [[noreturn]] static void throw_released(const BufferLink& link, const char* what) {
         throw Error(
             fmt::format("cudarc: {}: the graph's work uses the buffer at {:#x} ({} bytes), which has been "
                         "destroyed. A graph "
                         "keeps alive only the memory allocated inside its capture: keep the buffers it uses "
                         "alive while it "
                         "may be launched, or capture again (nothing was enqueued)",
-                        what, use.link->address, use.link->bytes));
+                        what, link.address, link.bytes));
     }
 
     std::shared_ptr<DeviceState> device_;
@@ -164,6 +183,7 @@ class GraphState {
     sys::GraphExec exec_;
     std::optional<SourceCaptureId> capture_;
     std::vector<GraphBufferUse> uses_;
+    std::vector<ReplayAccess> replay_;
     std::vector<GraphPrerequisite> prerequisites_;
     std::shared_ptr<StreamState> last_stream_;
 };

@@ -1,6 +1,9 @@
 // Note [Cross-stream ordering] (core/operation.hpp).
 #include "core/operation.hpp"
 
+#include <algorithm>
+#include <span>
+
 #include "core/capture.hpp"
 #include "core/device_state.hpp"
 #include "core/trace.hpp"
@@ -106,12 +109,20 @@ void Operation::trace_needs() {
 
 void Operation::finish(std::uint64_t position) noexcept {
     bool shared = false;
-    for (std::size_t i = 0; i < count_; ++i) {
-        const Pending& p = pending(i);
-        shared = (p.collected ? p.state->apply_handover(*timeline_, position)
-                              : p.state->apply(*timeline_, p.offset, p.bytes, p.access, position)) ||
-                 shared;
-        if (capture_ != nullptr) capture_->note_touched(*p.real, p.offset, p.bytes, p.access);
+    const auto apply = [&](const Pending& p) {
+        shared |= p.collected ? p.state->apply_handover(*timeline_, position)
+                              : p.state->apply(*timeline_, p.offset, p.bytes, p.access, position);
+    };
+    // Note: the inline entries, then the rest, with the capture's check outside the loops (a step has
+    // thousands).
+    const std::span<const Pending> first(inline_.data(), std::min(count_, kInline));
+    for (const Pending& p : first) apply(p);
+    for (const Pending& p : more_) apply(p);
+    if (capture_ != nullptr) {
+        for (std::size_t i = 0; i < count_; ++i) {
+            const Pending& p = pending(i);
+            capture_->note_touched(*p.real, p.offset, p.bytes, p.access);
+        }
     }
     if (shared && position != kEverythingSoFar) {
         if (trace_waits()) [[unlikely]]
