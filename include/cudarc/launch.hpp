@@ -73,8 +73,9 @@ void prepare_indirect_access(Stream& stream, DeviceView<T> view) {
 /// @endcode
 ///
 /// A DeviceView<T> counts as written, a DeviceView<const T> as read, each over exactly its bytes. Destroyed
-/// after order() without done() (an exception between them, say), the accesses count as everything the
-/// stream submits, as prepare_indirect_access's do. Used by one thread, like its stream.
+/// after order() without done() (an exception between them, say), it records the uses as done() does, at
+/// the stream's position then: they cover whatever work was enqueued by that time. Used by one thread, like
+/// its stream.
 class CUDARC_API IndirectAccess {
   public:
     /// An empty set of accesses for work on `stream` (one host allocation; no driver call).

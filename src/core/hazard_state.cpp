@@ -186,7 +186,8 @@ bool HazardState::apply(Timeline& timeline, std::size_t offset, std::size_t byte
 }
 
 bool HazardState::apply_handover(Timeline& timeline, std::uint64_t position) noexcept {
-    if (!must_keep(timeline)) {
+    // Note: untracked work (kEverythingSoFar) takes apply's table, as there.
+    if (position != kEverythingSoFar && !must_keep(timeline)) {
         std::lock_guard lock(lock_);
         Timeline* const owner = exclusive_.load(std::memory_order_relaxed);
         Timeline* const reader = reader_.load(std::memory_order_relaxed);

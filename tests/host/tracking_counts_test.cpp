@@ -284,3 +284,63 @@ TEST_CASE("tracking.a_borrow_that_lasts_is_renewed_without_driver_calls") {
     }
     CHECK(gpu.driver.violations().empty());
 }
+
+TEST_CASE("tracking.an_indirect_access_destroyed_without_done_still_orders_later_writers") {
+    FakeGpu gpu;
+    {
+        auto device = Device::open(0);
+        auto feed = device.create_stream();
+        auto step = device.create_stream();
+        auto grads = DeviceSlice<float>::zeros(feed, 64);
+        {
+            // A hand-over read (Note [Hand-over reads]) whose work may be half enqueued: an exception
+            // between order() and done(), say.
+            IndirectAccess access(step);
+            access.add(std::as_const(grads).view());
+            const auto ordering = device.counters();
+            access.order();
+            CHECK((device.counters() - ordering).cross_stream_waits == 1);  // after the feed's zeros
+        }
+        // The feed's next write waits for the step's read, recorded at the step's position then.
+        const auto before = device.counters();
+        memset(feed, grads.view(), 0);
+        CHECK((device.counters() - before).cross_stream_waits == 1);
+    }
+    CHECK(gpu.driver.violations().empty());
+}
+
+TEST_CASE("tracking.a_read_declared_before_a_capture_and_ordered_inside_it_belongs_to_the_graph") {
+    FakeGpu gpu;
+    {
+        auto device = Device::open(0);
+        auto feed = device.create_stream();
+        auto step = device.create_stream();
+        auto module = Module::from_ptx(device, kPtx);
+        const auto touch = module.kernel<void(int*)>("touch");
+        auto grads = DeviceSlice<float>::zeros(feed, 64);
+        step.join(feed);
+        // Declared outside any capture, as a hand-over read (Note [Hand-over reads]); ordered and done
+        // inside one, where the capture's own timelines order it.
+        IndirectAccess access(step);
+        access.add(std::as_const(grads).view());
+        Graph graph = capture(step, [&](Stream& s) {
+            access.order();
+            launch(s, LaunchConfig{1, 1}, touch, nullptr);
+            access.done();
+        });
+        const std::vector<GraphAccess> accesses = graph.accesses();
+        REQUIRE(accesses.size() == 1);
+        CHECK(accesses[0].address == grads.device_ptr());
+        CHECK(accesses[0].bytes == grads.bytes());
+        CHECK_FALSE(accesses[0].writes);
+        // A replay fed by a new write on the feed waits for it; the feed's next write waits for the replay.
+        memset(feed, grads.view(), 0);
+        auto before = device.counters();
+        graph.launch(step);
+        CHECK((device.counters() - before).cross_stream_waits == 1);
+        before = device.counters();
+        memset(feed, grads.view(), 0);
+        CHECK((device.counters() - before).cross_stream_waits == 1);
+    }
+    CHECK(gpu.driver.violations().empty());
+}
