@@ -149,7 +149,8 @@ struct Shared {
     void count_operation() {
         const std::uint64_t done = operations_done.fetch_add(1, std::memory_order_relaxed) + 1;
         if (done % progress_every != 0) return;
-        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        const double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         std::fprintf(stderr, "stress: %llu operations after %.1f s\n", static_cast<unsigned long long>(done),
                      seconds);
     }
@@ -164,7 +165,7 @@ struct Shared {
     std::uint64_t progress_every;
     std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
     std::atomic<std::uint64_t> operations_done{0};
-    const Stream* streams = nullptr;      // the first of the shared streams (for messages)
+    const Stream* streams = nullptr;  // the first of the shared streams (for messages)
     std::atomic<std::uint32_t> next_id{1};
     std::atomic<std::uint64_t> allocations{0};
     std::atomic<std::uint64_t> frees{0};
