@@ -48,7 +48,7 @@ void HazardState::keep_locked(const Timeline& timeline) {
         Keep{stream.shared_from_this(), elsewhere ? stream.device().shared_from_this() : nullptr});
 }
 
-void HazardState::prune_keeps_locked(const Timeline* owner) noexcept {
+void HazardState::prune_some_keeps_locked(const Timeline* owner) noexcept {
     std::erase_if(keeps_,
                   [&](const Keep& k) { return owner == nullptr || k.stream.get() != &owner->stream(); });
 }
@@ -76,7 +76,7 @@ void HazardState::materialize_locked(bool whole_write) {
                                                                      : kTrackedSoFar;
     table_.reset(bytes_, Use{owner, position});  // may throw
     if (Timeline* reader = reader_.load(std::memory_order_relaxed); reader != nullptr) {
-        table_.apply(0, bytes_, Use{reader, reader_position_}, Access::read);  // no split: cannot throw
+        table_.apply(0, bytes_, Use{reader, reader_position_.load(std::memory_order_relaxed)}, Access::read);  // no split: cannot throw
         reader_.store(nullptr, std::memory_order_relaxed);
     }
     owner_last_.store(kTrackedSoFar, std::memory_order_relaxed);
@@ -93,7 +93,7 @@ void HazardState::collect_locked(Timeline& timeline, std::size_t offset, std::si
         if (owner == nullptr) return;  // untouched: nothing to wait for
         // Note [One foreign reader]: a write waits for the reader, whoever writes.
         if (reader != nullptr && reader != &timeline && access == Access::write)
-            needs.raise(Use{reader, reader_position_});
+            needs.raise(Use{reader, reader_position_.load(std::memory_order_relaxed)});
         if (owner == &timeline) return;
         if (offset == 0 && bytes == bytes_) {
             needs.raise(Use{owner, owner_position(*owner)});
@@ -112,7 +112,7 @@ void HazardState::collect_for_host(std::size_t offset, std::size_t bytes, Access
             needs.raise(Use{owner, owner_position(*owner)});
         if (Timeline* reader = reader_.load(std::memory_order_relaxed);
             reader != nullptr && access == Access::write)
-            needs.raise(Use{reader, reader_position_});
+            needs.raise(Use{reader, reader_position_.load(std::memory_order_relaxed)});
         return;
     }
     table_.collect(offset, offset + bytes, nullptr, access, [&](const Use& use) {
@@ -147,7 +147,7 @@ bool HazardState::apply(Timeline& timeline, std::size_t offset, std::size_t byte
                 }
             } else if (access == Access::read && whole && (reader == nullptr || reader == &timeline)) {
                 keep_locked(timeline);  // may throw: nothing changed yet
-                reader_position_ = position;
+                reader_position_.store(position, std::memory_order_relaxed);
                 reader_.store(&timeline, std::memory_order_release);
                 return true;
             }
@@ -194,7 +194,7 @@ bool HazardState::apply_handover(Timeline& timeline, std::uint64_t position) noe
         // Note [One foreign reader]: apply's case of a whole read by another stream than the owner.
         if (!table_active_ && !precise_ && owner != nullptr && owner != &timeline &&
             (reader == nullptr || reader == &timeline)) {
-            reader_position_ = position;
+            reader_position_.store(position, std::memory_order_relaxed);
             reader_.store(&timeline, std::memory_order_release);
             return true;
         }
@@ -224,7 +224,7 @@ void HazardState::collect_all(const Timeline& self, Needs& needs) const {
         Timeline* owner = exclusive_.load(std::memory_order_relaxed);
         if (owner != nullptr && owner != &self) needs.raise(Use{owner, owner_position(*owner)});
         if (Timeline* reader = reader_.load(std::memory_order_relaxed); reader != nullptr && reader != &self)
-            needs.raise(Use{reader, reader_position_});
+            needs.raise(Use{reader, reader_position_.load(std::memory_order_relaxed)});
         return;
     }
     table_.for_each_use([&](const Use& use) {
@@ -257,7 +257,7 @@ std::vector<TimelineUse> HazardState::take_uses() {
             if (Timeline* owner = exclusive_.load(std::memory_order_relaxed))
                 add(Use{owner, owner_position(*owner)});
             if (Timeline* reader = reader_.load(std::memory_order_relaxed))
-                add(Use{reader, reader_position_});
+                add(Use{reader, reader_position_.load(std::memory_order_relaxed)});
         } else {
             table_.for_each_use(add);
         }

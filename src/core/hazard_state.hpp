@@ -135,9 +135,17 @@ class HazardState {
     // only for want of memory, leaving an equivalent state. Inline: the fast path's cases take no lock.
     void collect(Timeline& timeline, std::size_t offset, std::size_t bytes, Access access, Needs& needs) {
         if (bytes == 0) return;
-        if (Timeline* owner = exclusive_.load(std::memory_order_acquire);
-            owner != nullptr &&
-            (access == Access::read || reader_.load(std::memory_order_acquire) == nullptr)) {
+        Timeline* const owner = exclusive_.load(std::memory_order_acquire);
+        Timeline* const reader = owner != nullptr ? reader_.load(std::memory_order_acquire) : nullptr;
+        if (owner == &timeline && reader != nullptr && access == Access::write && offset == 0 &&
+            bytes == bytes_) {
+            // Note [One foreign reader]: the owner writes the whole buffer again, after its reader's read.
+            // A whole write overlaps every access, so no other thread changes the state meanwhile; the
+            // reader's position was stored before the reader itself.
+            needs.raise(Use{reader, reader_position_.load(std::memory_order_relaxed)});
+            return;
+        }
+        if (owner != nullptr && (access == Access::read || reader == nullptr)) {
             // Note [One foreign reader]: only a write must see the reader (a read may come beside it).
             if (owner == &timeline) return;
             if (offset == 0 && bytes == bytes_) {
@@ -202,7 +210,7 @@ class HazardState {
         if (Timeline* reader = reader_.load(std::memory_order_relaxed); !table_active_ && reader != nullptr) {
             Timeline* owner = exclusive_.load(std::memory_order_relaxed);
             RangeTable both(bytes_, Use{owner, owner_position(*owner)});
-            both.apply(0, bytes_, Use{reader, reader_position_}, Access::read);
+            both.apply(0, bytes_, Use{reader, reader_position_.load(std::memory_order_relaxed)}, Access::read);
             f(both.ranges());
             return;
         }
@@ -235,7 +243,11 @@ class HazardState {
     // Keeps `timeline`'s stream (and its device) alive while this state may name it. Holds lock_.
     void keep_locked(const Timeline& timeline);
     // Only `owner`'s stream stays kept. Holds lock_.
-    void prune_keeps_locked(const Timeline* owner) noexcept;
+    void prune_keeps_locked(const Timeline* owner) noexcept {
+        // Note: inline for the common case, nothing kept (only cudarc's own streams of this device named).
+        if (!keeps_.empty()) prune_some_keeps_locked(owner);
+    }
+    void prune_some_keeps_locked(const Timeline* owner) noexcept;
     // Where the fast path's owner last accessed the buffer (Note [Owner's last access]): a concrete
     // position, or kOwnersWork for an owner that wrote unseen.
     [[nodiscard]] std::uint64_t owner_position(const Timeline& owner) const noexcept {
@@ -245,7 +257,8 @@ class HazardState {
 
     mutable SpinLock lock_;
     std::atomic<Timeline*> exclusive_;
-    // Note [One foreign reader]: set only beside exclusive_, under lock_; reader_position_ is guarded by it.
+    // Note [One foreign reader]: set only beside exclusive_, under lock_, after reader_position_ (which the
+    // owner's whole write reads with no lock).
     std::atomic<Timeline*> reader_{nullptr};
     // Note [Owner's last access]; kOwnersWork while the owner's uses are Writer::anything.
     std::atomic<std::uint64_t> owner_last_{kTrackedSoFar};
@@ -253,7 +266,7 @@ class HazardState {
     DeviceState* device_;
     bool table_active_ = false;  // guarded by lock_, like everything below
     bool precise_ = false;       // keep_ranges()
-    std::uint64_t reader_position_ = 0;
+    std::atomic<std::uint64_t> reader_position_{0};
     RangeTable table_;
     struct Keep {
         std::shared_ptr<StreamState> stream;

@@ -87,6 +87,11 @@ class UseSet {
             if (use.position > inline_.items[0].position) inline_.items[0].position = use.position;
             return;
         }
+        if (size_ == 0) {  // an operation's first need, as often its only one
+            inline_.items[0] = use;
+            size_ = 1;
+            return;
+        }
         raise_elsewhere(use);
     }
     void assign_one(Use use) noexcept {

@@ -120,12 +120,23 @@ void Timeline::record_after(std::uint64_t position) noexcept {
     }
 }
 
-bool Timeline::has_seen(const Timeline& other, std::uint64_t position) const {
+bool Timeline::has_seen_locked(const Timeline& other, std::uint64_t position) const {
     std::lock_guard lock(mutex_);
+    cache_seen_locked(other.id_);
     return seen_.get(other.id_) >= position;
 }
 
-void Timeline::wait_for(Timeline& other, std::uint64_t position) {
+void Timeline::cache_seen_locked(std::uint64_t timeline) const noexcept {
+    // Note [Seen cache]: the writer's half of the sequence lock.
+    const std::uint64_t version = seen_version_.load(std::memory_order_relaxed);
+    seen_version_.store(version + 1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+    seen_cached_timeline_.store(timeline, std::memory_order_relaxed);
+    seen_cached_position_.store(seen_.get(timeline), std::memory_order_relaxed);
+    seen_version_.store(version + 2, std::memory_order_release);
+}
+
+void Timeline::wait_for_unseen(Timeline& other, std::uint64_t position) {
     if (&other == this || same_queue(other)) return;
     if (capture_ != nullptr && other.capture_ != capture_) {
         throw Error(
@@ -157,6 +168,7 @@ void Timeline::note_waited(const Timeline& other, const SharedEvent& event) {
     std::lock_guard lock(mutex_);
     seen_.raise(other.id_, event.covers());
     seen_.join(event.seen());
+    cache_seen_locked(other.id_);
 }
 
 void Timeline::note_joined(const Timeline& other, std::uint64_t position) {
@@ -164,6 +176,7 @@ void Timeline::note_joined(const Timeline& other, std::uint64_t position) {
     std::scoped_lock lock(mutex_, other.mutex_);
     seen_.raise(other.id_, position);
     seen_.join(other.seen_);
+    cache_seen_locked(other.id_);
 }
 
 void Timeline::retire(EventRef final_event) noexcept {

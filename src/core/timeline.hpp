@@ -208,9 +208,24 @@ class Timeline {
 
     // Makes this timeline's stream wait for `other`'s work up to `position`: skipped when it has been seen
     // already (or `other` is this stream, or the same foreign stream through another wrapper). Counted.
-    void wait_for(Timeline& other, std::uint64_t position);
+    void wait_for(Timeline& other, std::uint64_t position) {
+        // Note: the commonest answer, already seen (a feed writing buffer after buffer its reader read), is
+        // found inline (Note [Seen cache]); a captured stream always asks the whole question.
+        if (capture_ == nullptr && !covers_untracked(position) && has_seen(other, other.concrete(position)))
+            return;
+        wait_for_unseen(other, position);
+    }
     // Whether this stream is known to be ordered after `other`'s work up to `position` (a concrete one).
-    [[nodiscard]] bool has_seen(const Timeline& other, std::uint64_t position) const;
+    // Note [Seen cache]: no lock when `other` is the stream last asked about or waited for.
+    [[nodiscard]] bool has_seen(const Timeline& other, std::uint64_t position) const {
+        const std::uint64_t version = seen_version_.load(std::memory_order_acquire);
+        if ((version & 1) == 0 && seen_cached_timeline_.load(std::memory_order_relaxed) == other.id_) {
+            const std::uint64_t seen = seen_cached_position_.load(std::memory_order_relaxed);
+            std::atomic_thread_fence(std::memory_order_acquire);
+            if (seen_version_.load(std::memory_order_relaxed) == version && seen >= position) return true;
+        }
+        return has_seen_locked(other, position);
+    }
     // Notes that this stream waited for `event` of `other` (its clock learns what the event covers).
     void note_waited(const Timeline& other, const SharedEvent& event);
     // Notes that this stream waited for everything `other` had submitted when its position was
@@ -235,6 +250,12 @@ class Timeline {
     [[nodiscard]] std::size_t kept_events() const;
 
   private:
+    // wait_for, past its inline check.
+    void wait_for_unseen(Timeline& other, std::uint64_t position);
+    // has_seen, from the clock itself; caches the answer's entry.
+    [[nodiscard]] bool has_seen_locked(const Timeline& other, std::uint64_t position) const;
+    // Note [Seen cache]: `timeline`'s entry of the clock, for has_seen. Holds mutex_.
+    void cache_seen_locked(std::uint64_t timeline) const noexcept;
     // Records an event covering the position now; `snapshot`: keep the clock in it. Holds mutex_.
     EventRef record_locked(bool snapshot);
     void keep_locked(const EventRef& event) noexcept;
@@ -252,6 +273,16 @@ class Timeline {
     std::size_t recent_first_ = 0;
     EventRef final_;
     VectorClock seen_;
+    // Note [Seen cache]
+    // A stream asks whether it has seen another at every operation that needs that other (a feed writing
+    // 1024 gradients a step on another stream asks 1024 times), and the clock is guarded by mutex_ (a join
+    // on another thread may raise it). So one entry of it, the one last asked about or raised, is kept where
+    // its own thread reads it with no lock: a sequence lock over two words, written only under mutex_
+    // (odd version: being written). An entry read stale is never too high (the clock only grows): at worst
+    // has_seen takes the lock.
+    mutable std::atomic<std::uint64_t> seen_version_{0};
+    mutable std::atomic<std::uint64_t> seen_cached_timeline_{0};  // a Timeline::id (ids start at 1)
+    mutable std::atomic<std::uint64_t> seen_cached_position_{0};
 };
 
 }  // namespace cudarc::detail
