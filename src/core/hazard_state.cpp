@@ -76,7 +76,8 @@ void HazardState::materialize_locked(bool whole_write) {
                                                                      : kTrackedSoFar;
     table_.reset(bytes_, Use{owner, position});  // may throw
     if (Timeline* reader = reader_.load(std::memory_order_relaxed); reader != nullptr) {
-        table_.apply(0, bytes_, Use{reader, reader_position_.load(std::memory_order_relaxed)}, Access::read);  // no split: cannot throw
+        table_.apply(0, bytes_, Use{reader, reader_position_.load(std::memory_order_relaxed)},
+                     Access::read);  // no split: cannot throw
         reader_.store(nullptr, std::memory_order_relaxed);
     }
     owner_last_.store(kTrackedSoFar, std::memory_order_relaxed);

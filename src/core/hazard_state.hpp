@@ -210,7 +210,8 @@ class HazardState {
         if (Timeline* reader = reader_.load(std::memory_order_relaxed); !table_active_ && reader != nullptr) {
             Timeline* owner = exclusive_.load(std::memory_order_relaxed);
             RangeTable both(bytes_, Use{owner, owner_position(*owner)});
-            both.apply(0, bytes_, Use{reader, reader_position_.load(std::memory_order_relaxed)}, Access::read);
+            both.apply(0, bytes_, Use{reader, reader_position_.load(std::memory_order_relaxed)},
+                       Access::read);
             f(both.ranges());
             return;
         }
