@@ -127,12 +127,12 @@ bool Timeline::has_seen_locked(const Timeline& other, std::uint64_t position) co
 }
 
 void Timeline::cache_seen_locked(std::uint64_t timeline) const noexcept {
-    // Note [Seen cache]: the writer's half of the sequence lock.
+    // Note [Seen cache]: the writer's half of the sequence lock. The entry's release stores keep the odd
+    // version before them: a reader that sees either new word sees the version odd or moved on.
     const std::uint64_t version = seen_version_.load(std::memory_order_relaxed);
     seen_version_.store(version + 1, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_release);
-    seen_cached_timeline_.store(timeline, std::memory_order_relaxed);
-    seen_cached_position_.store(seen_.get(timeline), std::memory_order_relaxed);
+    seen_cached_timeline_.store(timeline, std::memory_order_release);
+    seen_cached_position_.store(seen_.get(timeline), std::memory_order_release);
     seen_version_.store(version + 2, std::memory_order_release);
 }
 

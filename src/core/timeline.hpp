@@ -218,10 +218,11 @@ class Timeline {
     // Whether this stream is known to be ordered after `other`'s work up to `position` (a concrete one).
     // Note [Seen cache]: no lock when `other` is the stream last asked about or waited for.
     [[nodiscard]] bool has_seen(const Timeline& other, std::uint64_t position) const {
+        // The reader's half of the sequence lock: acquire loads of the entry keep the version's second
+        // load after them (no fence: ThreadSanitizer does not model fences).
         const std::uint64_t version = seen_version_.load(std::memory_order_acquire);
-        if ((version & 1) == 0 && seen_cached_timeline_.load(std::memory_order_relaxed) == other.id_) {
-            const std::uint64_t seen = seen_cached_position_.load(std::memory_order_relaxed);
-            std::atomic_thread_fence(std::memory_order_acquire);
+        if ((version & 1) == 0 && seen_cached_timeline_.load(std::memory_order_acquire) == other.id_) {
+            const std::uint64_t seen = seen_cached_position_.load(std::memory_order_acquire);
             if (seen_version_.load(std::memory_order_relaxed) == version && seen >= position) return true;
         }
         return has_seen_locked(other, position);
