@@ -211,21 +211,15 @@ class Timeline {
     void wait_for(Timeline& other, std::uint64_t position) {
         // Note: the commonest answer, already seen (a feed writing buffer after buffer its reader read), is
         // found inline (Note [Seen cache]); a captured stream always asks the whole question.
-        if (capture_ == nullptr && !covers_untracked(position) && has_seen(other, other.concrete(position)))
+        if (capture_ == nullptr && !covers_untracked(position) &&
+            seen_cached(other, other.concrete(position)))
             return;
         wait_for_unseen(other, position);
     }
     // Whether this stream is known to be ordered after `other`'s work up to `position` (a concrete one).
     // Note [Seen cache]: no lock when `other` is the stream last asked about or waited for.
     [[nodiscard]] bool has_seen(const Timeline& other, std::uint64_t position) const {
-        // The reader's half of the sequence lock: acquire loads of the entry keep the version's second
-        // load after them (no fence: ThreadSanitizer does not model fences).
-        const std::uint64_t version = seen_version_.load(std::memory_order_acquire);
-        if ((version & 1) == 0 && seen_cached_timeline_.load(std::memory_order_acquire) == other.id_) {
-            const std::uint64_t seen = seen_cached_position_.load(std::memory_order_acquire);
-            if (seen_version_.load(std::memory_order_relaxed) == version && seen >= position) return true;
-        }
-        return has_seen_locked(other, position);
+        return seen_cached(other, position) || has_seen_locked(other, position);
     }
     // Notes that this stream waited for `event` of `other` (its clock learns what the event covers).
     void note_waited(const Timeline& other, const SharedEvent& event);
@@ -251,6 +245,16 @@ class Timeline {
     [[nodiscard]] std::size_t kept_events() const;
 
   private:
+    // Note [Seen cache]: whether the cached entry says `other` was seen up to `position` (false: not known).
+    [[nodiscard]] bool seen_cached(const Timeline& other, std::uint64_t position) const noexcept {
+        // The reader's half of the sequence lock: acquire loads of the entry keep the version's second
+        // load after them (no fence: ThreadSanitizer does not model fences).
+        const std::uint64_t version = seen_version_.load(std::memory_order_acquire);
+        if ((version & 1) != 0 || seen_cached_timeline_.load(std::memory_order_acquire) != other.id_)
+            return false;
+        const std::uint64_t seen = seen_cached_position_.load(std::memory_order_acquire);
+        return seen_version_.load(std::memory_order_relaxed) == version && seen >= position;
+    }
     // wait_for, past its inline check.
     void wait_for_unseen(Timeline& other, std::uint64_t position);
     // has_seen, from the clock itself; caches the answer's entry.
