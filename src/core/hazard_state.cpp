@@ -148,8 +148,7 @@ bool HazardState::apply(Timeline& timeline, std::size_t offset, std::size_t byte
                 }
             } else if (access == Access::read && whole && (reader == nullptr || reader == &timeline)) {
                 keep_locked(timeline);  // may throw: nothing changed yet
-                reader_position_.store(position, std::memory_order_relaxed);
-                reader_.store(&timeline, std::memory_order_release);
+                become_reader_locked(timeline, position);
                 return true;
             }
         }
@@ -195,8 +194,7 @@ bool HazardState::apply_handover(Timeline& timeline, std::uint64_t position) noe
         // Note [One foreign reader]: apply's case of a whole read by another stream than the owner.
         if (!table_active_ && !precise_ && owner != nullptr && owner != &timeline &&
             (reader == nullptr || reader == &timeline)) {
-            reader_position_.store(position, std::memory_order_relaxed);
-            reader_.store(&timeline, std::memory_order_release);
+            become_reader_locked(timeline, position);
             return true;
         }
     }

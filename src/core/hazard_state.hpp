@@ -238,6 +238,12 @@ class HazardState {
     // The fast path's owner (or an untouched buffer) becomes a range table; `whole_write`: for a write of
     // the whole buffer (the owner's stamp is then complete). Holds lock_.
     void materialize_locked(bool whole_write);
+    // Note [One foreign reader]: `timeline` is the one reader, at `position`. The position goes first: the
+    // owner's whole write reads it with no lock, once it sees the reader. Holds lock_.
+    void become_reader_locked(Timeline& timeline, std::uint64_t position) noexcept {
+        reader_position_.store(position, std::memory_order_relaxed);
+        reader_.store(&timeline, std::memory_order_release);
+    }
     // Whether this state must keep `timeline`'s stream alive while it names it: a foreign stream's, or
     // another device's (the others live as long as their device).
     [[nodiscard]] bool must_keep(const Timeline& timeline) const noexcept;
