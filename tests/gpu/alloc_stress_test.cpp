@@ -13,13 +13,16 @@
 // large ones) and checks every element read.
 //
 // CUDARC_ALLOC_STRESS_OPERATIONS (default 100000) sets the number of allocator operations (allocations +
-// frees); a smaller number keeps runs under compute-sanitizer short.
+// frees); a smaller number keeps runs under compute-sanitizer short. A run that makes no progress for
+// CUDARC_ALLOC_STRESS_STALL_S seconds (default 60) prints what each thread is doing, and does so again for
+// every further such period, so a hang says where it is.
 #include <doctest/doctest.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <bit>
 #include <chrono>
@@ -29,6 +32,7 @@
 #include <cstdlib>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -48,6 +52,14 @@ constexpr std::size_t kMaxLive = 24;        // live slices per thread
 constexpr int kBatch = 400;                 // steps per lease
 constexpr std::size_t kWholeCheck = 16384;  // slices up to this many elements are verified whole
 constexpr std::size_t kWindow = 1024;       // else three windows of this many elements
+
+std::uint64_t stall_seconds() {
+    if (const char* text = std::getenv("CUDARC_ALLOC_STRESS_STALL_S")) {
+        const long long value = std::atoll(text);
+        if (value > 0) return static_cast<std::uint64_t>(value);
+    }
+    return 60;
+}
 
 std::uint64_t operations_wanted() {
     if (const char* text = std::getenv("CUDARC_ALLOC_STRESS_OPERATIONS")) {
@@ -165,6 +177,8 @@ struct Shared {
     std::uint64_t progress_every;
     std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
     std::atomic<std::uint64_t> operations_done{0};
+    // What each worker is doing now (a string literal), for the stall report.
+    std::array<std::atomic<const char*>, kThreads> doing{};
     const Stream* streams = nullptr;  // the first of the shared streams (for messages)
     std::atomic<std::uint32_t> next_id{1};
     std::atomic<std::uint64_t> allocations{0};
@@ -199,6 +213,7 @@ class Worker {
 
     void run() {
         while (operations_ < shared_.operations_per_thread) {
+            doing("waiting for a lease of streams");
             LeaseGuard lease(leases_, leases_.lease(1 + rng_() % 2, rng_));
             std::vector<Tracked> live;  // destroyed before the lease is given back
             for (int step = 0; step < kBatch && operations_ < shared_.operations_per_thread; ++step) {
@@ -207,9 +222,14 @@ class Worker {
             for (Tracked& t : live) verify(t, *pick(lease.streams()));
             while (!live.empty()) release(live, live.size() - 1);
         }
+        doing("done");
     }
 
   private:
+    void doing(const char* what) noexcept {
+        shared_.doing[static_cast<std::size_t>(index_)].store(what, std::memory_order_relaxed);
+    }
+
     void step(const std::vector<Stream*>& streams, std::vector<Tracked>& live) {
         const auto roll = rng_() % 100;
         if (live.size() >= kMaxLive || (roll < 30 && !live.empty())) {
@@ -232,6 +252,7 @@ class Worker {
     Stream* pick(const std::vector<Stream*>& streams) { return streams[rng_() % streams.size()]; }
 
     Tracked allocate(std::size_t count, Stream& stream) {
+        doing("allocating a slice");
         Tracked t{DeviceSlice<float>::uninitialized(stream, count), 0, &stream, {}};
         ++operations_;
         ++shared_.allocations;
@@ -240,6 +261,7 @@ class Worker {
     }
 
     void release(std::vector<Tracked>& live, std::size_t index) {
+        doing("freeing a slice");
         if (index + 1 != live.size()) std::swap(live[index], live.back());
         live.pop_back();
         ++operations_;
@@ -254,12 +276,14 @@ class Worker {
             const std::uint32_t id = shared_.next_id.fetch_add(1) & 0x7fffffu;
             t.pattern = 0x3f800000u | id;
             const unsigned long long n = t.slice.size();
+            doing("filling a slice with bench_fill");
             launch(stream, LaunchConfig::for_elements(n, shared_.shape, 256), shared_.kernels.fill, t.slice,
                    std::bit_cast<float>(t.pattern), n);
             t.origin = fmt::format("bench_fill on stream {}", shared_.stream_index(stream));
         } else {
             const auto byte = static_cast<unsigned char>(1 + rng_() % 255);
             t.pattern = 0x01010101u * byte;
+            doing("filling a slice with a memset");
             memset(stream, t.slice.view(), byte);
             t.origin = fmt::format("memset on stream {}", shared_.stream_index(stream));
         }
@@ -276,6 +300,7 @@ class Worker {
         const bool held_back = rng_() % 3 == 0;
         if (held_back) {
             const long long us = 20 + static_cast<long long>(rng_() % 180);
+            doing("holding a stream back with bench_spin");
             launch(*to, LaunchConfig{1, 1}, shared_.kernels.spin, us * shared_.cycles_per_us, nullptr);
         }
         const std::size_t count = live[index].slice.size();
@@ -287,9 +312,11 @@ class Worker {
             by_kernel ? "bench_copy" : "a copy", shared_.stream_index(*to), held_back ? " behind a spin" : "",
             live[index].slice.device_ptr(), shared_.stream_index(*from), live[index].origin.substr(0, 300));
         if (!by_kernel) {
+            doing("copying a slice to another stream");
             copy(*to, copied.slice.view(), live[index].slice.view());
         } else {
             const unsigned long long n = count;
+            doing("copying a slice to another stream with bench_copy");
             launch(*to, LaunchConfig::for_elements(n, shared_.shape, 256), shared_.kernels.copy, copied.slice,
                    live[index].slice, n);
         }
@@ -317,6 +344,7 @@ class Worker {
         std::vector<float> host(length);
         for (std::size_t offset : offsets) {
             std::fill(host.begin(), host.end(), poison_float());
+            doing("reading a slice back to the host");
             copy(stream, std::span<float>(host), t.slice.view(offset, length));
             std::size_t bad = 0;
             std::size_t first_bad = 0;
@@ -349,6 +377,49 @@ class Worker {
     std::uint64_t operations_ = 0;  // allocations and frees by this thread
 };
 
+// Prints what each worker is doing when no operation completes for a stall period (see the top).
+class StallWatch {
+  public:
+    explicit StallWatch(Shared& shared) : shared_(shared), thread_([this] { watch(); }) {}
+    StallWatch(const StallWatch&) = delete;
+    StallWatch& operator=(const StallWatch&) = delete;
+    ~StallWatch() {
+        {
+            std::lock_guard lock(mutex_);
+            stopping_ = true;
+        }
+        stopped_.notify_all();
+        thread_.join();
+    }
+
+  private:
+    void watch() {
+        const auto period = std::chrono::seconds(stall_seconds());
+        std::uint64_t last = shared_.operations_done.load(std::memory_order_relaxed);
+        std::unique_lock lock(mutex_);
+        while (!stopped_.wait_for(lock, period, [this] { return stopping_; })) {
+            const std::uint64_t now = shared_.operations_done.load(std::memory_order_relaxed);
+            if (now != last) {
+                last = now;
+                continue;
+            }
+            std::fprintf(stderr, "stress: no operation completed for %llu s (%llu done)\n",
+                         static_cast<unsigned long long>(period.count()),
+                         static_cast<unsigned long long>(now));
+            for (std::size_t i = 0; i < shared_.doing.size(); ++i) {
+                const char* what = shared_.doing[i].load(std::memory_order_relaxed);
+                std::fprintf(stderr, "stress:   thread %zu: %s\n", i, what != nullptr ? what : "not started");
+            }
+        }
+    }
+
+    Shared& shared_;
+    std::mutex mutex_;
+    std::condition_variable stopped_;
+    bool stopping_ = false;
+    std::thread thread_;
+};
+
 // The stress on device 0's source (the caching allocator, or expandable segments); the checks that follow
 // hold for both.
 void stress(Device& device) {
@@ -366,6 +437,7 @@ void stress(Device& device) {
     for (int i = 0; i < kThreads; ++i) seeds.push_back(rng()());
     const auto start = std::chrono::steady_clock::now();
     std::vector<std::thread> threads;
+    std::optional<StallWatch> watch(std::in_place, shared);
     for (int i = 0; i < kThreads; ++i) {
         threads.emplace_back([&, i] {
             try {
@@ -378,6 +450,7 @@ void stress(Device& device) {
         });
     }
     for (auto& thread : threads) thread.join();
+    watch.reset();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
     device.synchronize();
