@@ -31,12 +31,6 @@ void HazardState::detach_link() noexcept {
     link_.reset();
 }
 
-bool HazardState::must_keep(const Timeline& timeline) const noexcept {
-    if (device_ == nullptr || timeline.capture() != nullptr) return false;
-    const StreamState& stream = timeline.stream();
-    return stream.ownership() == StreamOwnership::foreign || &stream.device() != device_;
-}
-
 void HazardState::keep_locked(const Timeline& timeline) {
     if (!must_keep(timeline)) return;
     StreamState& stream = timeline.stream();
@@ -183,22 +177,6 @@ bool HazardState::apply(Timeline& timeline, std::size_t offset, std::size_t byte
         exclusive_.store(nullptr, std::memory_order_release);
         return false;
     }
-}
-
-bool HazardState::apply_handover(Timeline& timeline, std::uint64_t position) noexcept {
-    // Note: untracked work (kEverythingSoFar) takes apply's table, as there.
-    if (position != kEverythingSoFar && !must_keep(timeline)) {
-        std::lock_guard lock(lock_);
-        Timeline* const owner = exclusive_.load(std::memory_order_relaxed);
-        Timeline* const reader = reader_.load(std::memory_order_relaxed);
-        // Note [One foreign reader]: apply's case of a whole read by another stream than the owner.
-        if (!table_active_ && !precise_ && owner != nullptr && owner != &timeline &&
-            (reader == nullptr || reader == &timeline)) {
-            become_reader_locked(timeline, position);
-            return true;
-        }
-    }
-    return apply(timeline, 0, bytes_, Access::read, position);
 }
 
 void HazardState::record_use(Timeline& timeline) {

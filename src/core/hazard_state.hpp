@@ -171,7 +171,22 @@ class HazardState {
     }
     // The read collect_handover took, at `position` once its work is enqueued: apply's result, through its
     // commonest case (Note [One foreign reader]: `timeline` becomes, or stays, the one reader) in short.
-    [[nodiscard]] bool apply_handover(Timeline& timeline, std::uint64_t position) noexcept;
+    // Inline: a step makes thousands.
+    [[nodiscard]] bool apply_handover(Timeline& timeline, std::uint64_t position) noexcept {
+        // Note: untracked work (kEverythingSoFar) takes apply's table, as there.
+        if (position != kEverythingSoFar && !must_keep(timeline)) {
+            std::lock_guard lock(lock_);
+            Timeline* const owner = exclusive_.load(std::memory_order_relaxed);
+            Timeline* const reader = reader_.load(std::memory_order_relaxed);
+            // Note [One foreign reader]: apply's case of a whole read by another stream than the owner.
+            if (!table_active_ && !precise_ && owner != nullptr && owner != &timeline &&
+                (reader == nullptr || reader == &timeline)) {
+                become_reader_locked(timeline, position);
+                return true;
+            }
+        }
+        return apply(timeline, 0, bytes_, Access::read, position);
+    }
     // Records that access at `position` once its work is enqueued. Returns true when another stream may
     // need to wait for it (the buffer stays shared): the operation then records one event after it. Never
     // throws: without memory for the bookkeeping it waits for the device (counted) instead.
@@ -246,7 +261,10 @@ class HazardState {
     }
     // Whether this state must keep `timeline`'s stream alive while it names it: a foreign stream's, or
     // another device's (the others live as long as their device).
-    [[nodiscard]] bool must_keep(const Timeline& timeline) const noexcept;
+    [[nodiscard]] bool must_keep(const Timeline& timeline) const noexcept {
+        if (device_ == nullptr || timeline.capture() != nullptr) return false;
+        return timeline.foreign() || timeline.device() != device_;
+    }
     // Keeps `timeline`'s stream (and its device) alive while this state may name it. Holds lock_.
     void keep_locked(const Timeline& timeline);
     // Only `owner`'s stream stays kept. Holds lock_.

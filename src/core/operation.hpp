@@ -18,14 +18,16 @@
 // on another stream (Note [One foreign reader] in core/hazard_state.hpp). A step over 1024 gradients makes
 // 1024 of them, so each must cost little more than an access on the fast path. Such a read's needs are
 // gathered as it is declared (HazardState::collect_handover: no lock, the state's cache line already at
-// hand), order() skips it, and complete() records it through HazardState::apply_handover, a short case under
-// the lock. Anything else about the buffer (a table, a second reader, part of it, a capture under way,
-// tracing) takes the general path (collect, apply).
+// hand); it is kept apart, one pointer each, which order() never reads, and complete() records it
+// through HazardState::apply_handover, a short case under the lock. Anything else about the buffer (a
+// table, a second reader, part of it, a capture under way, tracing) takes the general path (collect,
+// apply).
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/hazard_state.hpp"
@@ -47,6 +49,7 @@ class Operation {
     // An operation never completed records nothing.
     ~Operation() {
         if (more_.capacity() != 0) keep_spare();
+        if (handovers_.capacity != 0) keep_spare_handovers();
     }
 
     // Declares an access of the operation to bytes [offset, offset + bytes) of a buffer. On the single-
@@ -69,7 +72,10 @@ class Operation {
     // Enqueues what the accesses need: at most one wait per source stream, none it has already. During a
     // capture, the accesses of a captured stream go to the capture (Note [Capture overlay]). Throws when a
     // wait cannot be enqueued (the buffers' states stay equivalent).
-    void order();
+    void order() {
+        // Note: inline, for the commonest operation, which has nothing to order.
+        if (count_ != 0 || handover_count_ != 0) order_accesses();
+    }
     // The work is enqueued: advances the stream's position, records the accesses at it, and records one
     // event when another stream may need to wait for them. Never throws.
     void complete() noexcept;
@@ -86,35 +92,53 @@ class Operation {
         std::size_t offset;
         std::size_t bytes;
         Access access;
-        bool collected;  // a hand-over read, its needs already in needs_ (Note [Hand-over reads])
     };
     static constexpr std::size_t kInline = 8;
     static constexpr std::size_t kInlineOwned = 16;
 
     // access() past the fast path: out of line, so that the fast path stays small where it is inlined.
     void access_elsewhere(HazardState& state, std::size_t offset, std::size_t bytes, Access access);
+    // access_elsewhere's general case, apart, so that its hand-over case saves few registers.
+    void add_pending_elsewhere(HazardState& state, std::size_t offset, std::size_t bytes, Access access);
     // Inline while there is room (a step adds thousands): the rest out of line.
-    void add_pending(HazardState& state, std::size_t offset, std::size_t bytes, Access access,
-                     bool collected) {
+    void add_pending(HazardState& state, std::size_t offset, std::size_t bytes, Access access) {
         if (count_ < kInline) {
-            inline_[count_++] = Pending{&state, &state, offset, bytes, access, collected};
+            inline_[count_++] = Pending{&state, &state, offset, bytes, access};
         } else if (more_.size() < more_.capacity()) {
-            more_.push_back(Pending{&state, &state, offset, bytes, access, collected});
+            more_.push_back(Pending{&state, &state, offset, bytes, access});
             ++count_;
         } else {
-            add_pending_growing(Pending{&state, &state, offset, bytes, access, collected});
+            add_pending_growing(Pending{&state, &state, offset, bytes, access});
         }
     }
     void add_pending_growing(const Pending& pending);
-    // more_ comes from, and goes back to, a spare kept per thread: a step's thousands of accesses would
-    // otherwise regrow it every step.
+    // A hand-over read, its needs already in needs_ (Note [Hand-over reads]); as add_pending.
+    void add_handover(HazardState& state) {
+        if (handover_count_ < handovers_.capacity) {
+            handovers_.items[handover_count_++] = &state;
+            return;
+        }
+        add_handover_growing(state);
+    }
+    void add_handover_growing(HazardState& state);
+    // Room for hand-over reads, one pointer each.
+    struct Handovers {
+        std::unique_ptr<HazardState*[]> items;
+        std::size_t capacity = 0;
+    };
+    // more_ and handovers_ come from, and go back to, spares kept per thread: a step's thousands of
+    // accesses would otherwise regrow them every step.
     void keep_spare() noexcept;
+    void keep_spare_handovers() noexcept;
     static std::vector<Pending>& spare() noexcept;
+    static Handovers& spare_handovers() noexcept;
     [[nodiscard]] Pending& pending(std::size_t i) noexcept {
         return i < kInline ? inline_[i] : more_[i - kInline];
     }
+    [[nodiscard]] HazardState& handover(std::size_t i) noexcept { return *handovers_.items[i]; }
     // Captures: whether this operation's accesses go to this thread's capture, and if so, to its overlays.
     void route_into_capture();
+    void order_accesses();
     void finish(std::uint64_t position) noexcept;
     void trace_needs();  // Note [Tracing waits]
 
@@ -127,6 +151,8 @@ class Operation {
     Needs needs_;  // gathered by hand-over reads as they come, the rest by order()
     std::array<Pending, kInline> inline_;
     std::vector<Pending> more_;
+    std::size_t handover_count_ = 0;
+    Handovers handovers_;
     std::size_t owned_count_ = 0;
     std::array<HazardState*, kInlineOwned> owned_;  // fast-path accesses, to stamp
 };

@@ -43,7 +43,11 @@ void SharedEvent::release() noexcept {
 // ---- Timeline ---------------------------------------------------------------------------------------
 
 Timeline::Timeline(StreamState& stream, CaptureSession* capture) noexcept
-    : stream_(stream), capture_(capture), id_(next_timeline_id.fetch_add(1, std::memory_order_relaxed)) {}
+    : stream_(stream),
+      capture_(capture),
+      device_(&stream.device()),
+      foreign_(stream.ownership() == StreamOwnership::foreign),
+      id_(next_timeline_id.fetch_add(1, std::memory_order_relaxed)) {}
 
 Timeline::~Timeline() = default;
 

@@ -180,6 +180,10 @@ class Timeline {
     [[nodiscard]] std::uint64_t id() const noexcept { return id_; }
     // The capture whose work this timeline counts, or null for the stream's own.
     [[nodiscard]] CaptureSession* capture() const noexcept { return capture_; }
+    // The stream's device, and whether the stream is a foreign one (Stream::wrap): fixed for the
+    // timeline's life, for HazardState::must_keep, which asks at every hand-over read.
+    [[nodiscard]] const DeviceState* device() const noexcept { return device_; }
+    [[nodiscard]] bool foreign() const noexcept { return foreign_; }
 
     // The tracked operations enqueued so far.
     [[nodiscard]] std::uint64_t position() const noexcept {
@@ -268,6 +272,8 @@ class Timeline {
 
     StreamState& stream_;
     CaptureSession* capture_;
+    const DeviceState* device_;
+    bool foreign_;
     std::uint64_t id_;
     std::atomic<std::uint64_t> position_{0};
     std::atomic<bool> retired_{false};
