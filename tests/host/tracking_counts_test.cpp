@@ -80,6 +80,30 @@ TEST_CASE("tracking.a_step_over_1024_buffers_fed_by_another_stream_costs_one_wai
     CHECK(gpu.driver.violations().empty());
 }
 
+// Note [Hand-over reads]: each of a step's 1024 whole reads of gradients another stream wrote is recorded
+// (the room for them grows past what the thread keeps, and is reused the next round).
+TEST_CASE("tracking.every_hand_over_read_of_a_step_is_recorded") {
+    FakeGpu gpu;
+    {
+        Step step;
+        auto* feed = &cudarc::detail::Internals::stream_state(step.feed).timeline();
+        for (int round = 0; round < 3; ++round) {
+            step.write_grads(step.feed);
+            for (const auto& g : step.grads)
+                REQUIRE(cudarc::detail::Internals::buffer(g.view())->hazards().exclusive() == feed);
+            step.run();
+            std::size_t recorded = 0;
+            for (const auto& g : step.grads) {
+                // The feed's write, and the step's read beside it: no longer the feed's alone.
+                const auto& hazards = cudarc::detail::Internals::buffer(g.view())->hazards();
+                if (hazards.exclusive() == nullptr) ++recorded;
+            }
+            CHECK(recorded == kTensors);
+        }
+    }
+    CHECK(gpu.driver.violations().empty());
+}
+
 // Note [One foreign reader]: a buffer written on one stream and read whole on another holds that writer
 // and that reader (as one range, no table built); the writer's next write waits for the read once.
 TEST_CASE("tracking.a_buffer_read_whole_on_another_stream_holds_its_writer_and_one_reader") {
