@@ -32,7 +32,6 @@
 #include <cstdlib>
 #include <exception>
 #include <mutex>
-#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -53,20 +52,21 @@ constexpr int kBatch = 400;                 // steps per lease
 constexpr std::size_t kWholeCheck = 16384;  // slices up to this many elements are verified whole
 constexpr std::size_t kWindow = 1024;       // else three windows of this many elements
 
-std::uint64_t stall_seconds() {
-    if (const char* text = std::getenv("CUDARC_ALLOC_STRESS_STALL_S")) {
+// A positive number from the environment variable `name`, or `fallback`.
+std::uint64_t positive_from_environment(const char* name, std::uint64_t fallback) {
+    if (const char* text = std::getenv(name)) {
         const long long value = std::atoll(text);
         if (value > 0) return static_cast<std::uint64_t>(value);
     }
-    return 60;
+    return fallback;
+}
+
+std::uint64_t stall_seconds() {
+    return positive_from_environment("CUDARC_ALLOC_STRESS_STALL_S", 60);
 }
 
 std::uint64_t operations_wanted() {
-    if (const char* text = std::getenv("CUDARC_ALLOC_STRESS_OPERATIONS")) {
-        const long long value = std::atoll(text);
-        if (value > 0) return static_cast<std::uint64_t>(value);
-    }
-    return 100000;
+    return positive_from_environment("CUDARC_ALLOC_STRESS_OPERATIONS", 100000);
 }
 
 // Element counts for 512 B .. 4 MiB, mostly small: 70% up to 64 KiB, 25% up to 1 MiB, 5% up to 4 MiB.
@@ -436,21 +436,22 @@ void stress(Device& device) {
     std::vector<std::uint64_t> seeds;
     for (int i = 0; i < kThreads; ++i) seeds.push_back(rng()());
     const auto start = std::chrono::steady_clock::now();
-    std::vector<std::thread> threads;
-    std::optional<StallWatch> watch(std::in_place, shared);
-    for (int i = 0; i < kThreads; ++i) {
-        threads.emplace_back([&, i] {
-            try {
-                Worker(shared, leases, i, seeds[static_cast<std::size_t>(i)]).run();
-            } catch (const std::exception& e) {
-                shared.fail(fmt::format("thread {} threw: {}", i, e.what()));
-            } catch (...) {
-                shared.fail(fmt::format("thread {} threw a non-standard exception", i));
-            }
-        });
+    {
+        const StallWatch watch(shared);  // stops once the workers have
+        std::vector<std::thread> threads;
+        for (int i = 0; i < kThreads; ++i) {
+            threads.emplace_back([&, i] {
+                try {
+                    Worker(shared, leases, i, seeds[static_cast<std::size_t>(i)]).run();
+                } catch (const std::exception& e) {
+                    shared.fail(fmt::format("thread {} threw: {}", i, e.what()));
+                } catch (...) {
+                    shared.fail(fmt::format("thread {} threw a non-standard exception", i));
+                }
+            });
+        }
+        for (auto& thread : threads) thread.join();
     }
-    for (auto& thread : threads) thread.join();
-    watch.reset();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
     device.synchronize();
