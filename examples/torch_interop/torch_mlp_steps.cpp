@@ -6,9 +6,10 @@
 //   - borrowing every tensor afresh each step (from_dlpack, released after the step: torch's at::toDLPack and
 //     the deleters included), or borrowing them once (BorrowedSlice::owner_wrote before a step,
 //     sync_owner after it: a borrow that lasts).
-// For each it prints the host time of cudarc's part of a step (median after warm-up), and the events and
-// cross-stream waits cudarc made per step. The four runs start from one model and must end bitwise equal:
-// ordering is the same, only its cost differs. libtorch's own C++ AdamW on the same model is timed beside.
+// For each it prints the host time of cudarc's part of a step (median after warm-up) and of its three phases,
+// the events and cross-stream waits cudarc made per step. The four runs start from one model and must end
+// bitwise equal: ordering is the same, only its cost differs. libtorch's own C++ AdamW on the same model is
+// timed beside.
 //
 // Built only when CMake finds Torch (see CMakeLists.txt). Exit status 0 when the four runs agree.
 #include <ATen/DLConvertor.h>
@@ -60,6 +61,10 @@ struct Mode {
 struct Result {
     std::vector<torch::Tensor> params;
     double host_us = 0;
+    // Its three phases: the borrows (or owner_wrote calls), the step, the releases (or sync_owner calls).
+    double borrow_us = 0;
+    double step_us = 0;
+    double release_us = 0;
     double events = 0;
     double waits = 0;
 };
@@ -115,20 +120,29 @@ Result run(const Mode& mode, const Mlp& initial, const torch::Tensor& input, con
 
     Result result;
     std::vector<double> host;
+    std::vector<double> borrowing;
+    std::vector<double> stepping;
+    std::vector<double> releasing;
     for (int step = 0; step < kWarmup + kSteps; ++step) {
         for (auto& t : params) t.mutable_grad().zero_();
         torch::mse_loss(model.forward(input), target).backward();
         const cudarc::Counters before = device.counters();
         const auto t0 = std::chrono::steady_clock::now();
+        std::chrono::steady_clock::time_point borrowed;
+        std::chrono::steady_clock::time_point stepped;
         if (mode.lasting) {
             for (auto& b : p) b.owner_wrote();
             for (auto& b : g) b.owner_wrote();
+            borrowed = std::chrono::steady_clock::now();
             adamw.step(stream, group, tensors_of(p, g));
+            stepped = std::chrono::steady_clock::now();
             for (auto& b : p) b.sync_owner();
             for (auto& b : g) b.sync_owner();
         } else {
             borrow(p, g);
+            borrowed = std::chrono::steady_clock::now();
             adamw.step(stream, group, tensors_of(p, g));
+            stepped = std::chrono::steady_clock::now();
             p.clear();  // released: torch's stream waits for cudarc's uses; the deleters run later
             g.clear();
         }
@@ -136,6 +150,9 @@ Result run(const Mode& mode, const Mlp& initial, const torch::Tensor& input, con
         const cudarc::Counters delta = device.counters() - before;
         if (step < kWarmup) continue;
         host.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+        borrowing.push_back(std::chrono::duration<double, std::micro>(borrowed - t0).count());
+        stepping.push_back(std::chrono::duration<double, std::micro>(stepped - borrowed).count());
+        releasing.push_back(std::chrono::duration<double, std::micro>(t1 - stepped).count());
         result.events += static_cast<double>(delta.events_recorded);
         result.waits += static_cast<double>(delta.cross_stream_waits);
     }
@@ -143,6 +160,9 @@ Result run(const Mode& mode, const Mlp& initial, const torch::Tensor& input, con
     g.clear();
     torch::cuda::synchronize();
     result.host_us = median(host);
+    result.borrow_us = median(borrowing);
+    result.step_us = median(stepping);
+    result.release_us = median(releasing);
     result.events /= kSteps;
     result.waits /= kSteps;
     for (auto& t : params) result.params.push_back(t.detach().cpu());
@@ -179,6 +199,9 @@ int main() {
         const Result& r = results.back();
         std::printf("  %-38s cudarc's part %8.1f us per step, %.1f events, %.1f waits\n", mode.name,
                     r.host_us, r.events, r.waits);
+        std::printf("  %-38s   (medians: %s %.1f us, step %.1f us, %s %.1f us)\n", "",
+                    mode.lasting ? "owner_wrote" : "borrows", r.borrow_us, r.step_us,
+                    mode.lasting ? "sync_owner" : "releases", r.release_us);
     }
     // libtorch's own AdamW on the same model, same stream (the host time of its step).
     {

@@ -24,16 +24,21 @@ BufferHandle borrow_memory(const Device& device, DevicePtr ptr, std::size_t coun
 
     const sys::DriverApi& api = state->api();
     const auto scope = state->bind();
+    // Note: one cuPointerGetAttributes call both checks the memory and gives its allocation's bounds (a
+    // framework's step may borrow hundreds of tensors); cuMemGetAddressRange is the fallback.
+    DevicePtr base = 0;
+    std::size_t size = 0;
     if (api.pointer_get_attributes != nullptr) {
         // Note: cuPointerGetAttributes reports memory no context knows as success with zeroed values.
         unsigned memory_type = 0;
         sys::Context context = nullptr;
         int ordinal = -1;
         int managed = 0;
-        int attributes[] = {sys::kPointerAttributeMemoryType, sys::kPointerAttributeContext,
-                            sys::kPointerAttributeDeviceOrdinal, sys::kPointerAttributeIsManaged};
-        void* data[] = {&memory_type, &context, &ordinal, &managed};
-        state->check(api.pointer_get_attributes(4, attributes, data, ptr),
+        int attributes[] = {sys::kPointerAttributeMemoryType,    sys::kPointerAttributeContext,
+                            sys::kPointerAttributeDeviceOrdinal, sys::kPointerAttributeIsManaged,
+                            sys::kPointerAttributeRangeStart,    sys::kPointerAttributeRangeSize};
+        void* data[] = {&memory_type, &context, &ordinal, &managed, &base, &size};
+        state->check(api.pointer_get_attributes(6, attributes, data, ptr),
                      sys::Entry::pointer_get_attributes);
         if (managed == 0 && memory_type != sys::kMemoryTypeDevice) {
             throw Error(fmt::format(
@@ -53,9 +58,8 @@ BufferHandle borrow_memory(const Device& device, DevicePtr ptr, std::size_t coun
                 ptr, device.ordinal()));
         }
     }
-    if (api.mem_get_address_range != nullptr) {
-        DevicePtr base = 0;
-        std::size_t size = 0;
+    if (size == 0 && api.mem_get_address_range != nullptr) {
+        // No range from the attributes (no cuPointerGetAttributes, or a driver that left it unset).
         const sys::Result r = api.mem_get_address_range(&base, &size, ptr);
         // Note [Lost devices]: a sticky error is the device's, not the pointer's.
         if (r != sys::kSuccess && (sys::is_sticky_error(r) || state->lost()))
@@ -66,7 +70,10 @@ BufferHandle borrow_memory(const Device& device, DevicePtr ptr, std::size_t coun
                 device.ordinal(),
                 sys::make_error(api, sys::Entry::mem_get_address_range, r, device.ordinal()).what()));
         }
-        const std::size_t left = static_cast<std::size_t>(base + size - ptr);
+    }
+    if (size != 0) {
+        const std::size_t left =
+            ptr < base || ptr - base >= size ? 0 : static_cast<std::size_t>(base + size - ptr);
         if (bytes > left) {
             throw Error(fmt::format(
                 "cudarc::BorrowedSlice: {} elements ({} bytes) at {:#x} run past the end of their allocation "

@@ -82,6 +82,8 @@ inline constexpr unsigned kMemoryTypeDevice = 2;          // CU_MEMORYTYPE_DEVIC
 inline constexpr int kPointerAttributeContext = 1;        // CU_POINTER_ATTRIBUTE_CONTEXT
 inline constexpr int kPointerAttributeIsManaged = 8;      // CU_POINTER_ATTRIBUTE_IS_MANAGED
 inline constexpr int kPointerAttributeDeviceOrdinal = 9;  // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+inline constexpr int kPointerAttributeRangeStart = 11;    // CU_POINTER_ATTRIBUTE_RANGE_START_ADDR (a CUdeviceptr)
+inline constexpr int kPointerAttributeRangeSize = 12;     // CU_POINTER_ATTRIBUTE_RANGE_SIZE (a size_t)
 
 // CUmemPool_attribute values read with cuMemPoolGetAttribute (each a 64-bit unsigned value).
 inline constexpr int kMemPoolAttrReservedMemCurrent = 5;  // CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT

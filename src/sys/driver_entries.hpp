@@ -150,7 +150,8 @@
     /* page-locked. */                                                                                       \
     X(pointer_get_attributes, "cuPointerGetAttributes", nullptr, optional, 12000,                            \
       Result(unsigned count, int* attributes, void** data, DevicePtr ptr))                                   \
-    /* The allocation containing `ptr` (borrowed memory's bounds check). Null on HIP. */                     \
+    /* The allocation containing `ptr`: borrowed memory's bounds check where cuPointerGetAttributes gives */ \
+    /* no range. Null on HIP. */                                                                             \
     X(mem_get_address_range, "cuMemGetAddressRange", nullptr, optional, 12000,                               \
       Result(DevicePtr* base, std::size_t* size, DevicePtr ptr))                                             \
     /* Virtual memory: the expandable source's address ranges and the physical chunks mapped into them */    \

@@ -1407,6 +1407,19 @@ sys::Result pointer_get_attributes(Impl& d, unsigned count, int* attributes, voi
                 std::memcpy(data[i], &ordinal, sizeof ordinal);
                 break;
             }
+            case sys::kPointerAttributeRangeStart: {
+                DevicePtr base = 0;
+                if (a != nullptr)
+                    base = static_cast<DevicePtr>(
+                        std::prev(d.memory.upper_bound(static_cast<std::uintptr_t>(ptr)))->first);
+                std::memcpy(data[i], &base, sizeof base);
+                break;
+            }
+            case sys::kPointerAttributeRangeSize: {
+                const std::size_t size = a != nullptr ? a->size : 0;
+                std::memcpy(data[i], &size, sizeof size);
+                break;
+            }
             default:
                 return sys::kErrorInvalidValue;
         }

@@ -113,6 +113,59 @@ TEST_CASE("interop.borrowed_slice_over_raw_cuMemAlloc") {
     CHECK(state.api().mem_free(small) == sys::kSuccess);
 }
 
+// A borrow's one driver call (src/core/borrowed.cpp) takes its bounds from cuPointerGetAttributes' range
+// attributes instead of cuMemGetAddressRange: on this driver the two must agree for every kind of memory
+// a framework hands over, at the start of an allocation and inside it.
+TEST_CASE("interop.borrow_bounds_from_pointer_attributes_match_the_address_range") {
+    auto device = Device::open(0);
+    auto& state = *cudarc::detail::Internals::device_state(device);
+    const sys::DriverApi& api = state.api();
+    if (api.pointer_get_attributes == nullptr || api.mem_get_address_range == nullptr) {
+        MESSAGE("this driver lacks cuPointerGetAttributes or cuMemGetAddressRange: nothing to compare");
+        return;
+    }
+    const auto scope = state.bind();
+    constexpr std::size_t kBytes = (std::size_t{1} << 20) + 20;
+    std::vector<std::pair<const char*, DevicePtr>> allocations;
+    allocations.emplace_back("cuMemAlloc", raw_alloc(device, kBytes));
+    if (api.mem_alloc_managed != nullptr) {
+        DevicePtr managed = 0;
+        state.check(api.mem_alloc_managed(&managed, kBytes, sys::kMemAttachGlobal),
+                    sys::Entry::mem_alloc_managed);
+        allocations.emplace_back("cuMemAllocManaged", managed);
+    }
+    auto stream = device.create_stream();
+    auto pooled = DeviceSlice<std::uint8_t>::zeros(stream, kBytes);  // a block of cudarc's own allocator
+    allocations.emplace_back("a DeviceSlice", pooled.view().device_ptr());
+    for (const auto& [what, start] : allocations) {
+        for (const std::size_t offset : {std::size_t{0}, std::size_t{4096} + 4, kBytes - 4}) {
+            CAPTURE(what);
+            CAPTURE(offset);
+            const DevicePtr ptr = start + offset;
+            DevicePtr base = 0;
+            std::size_t size = 0;
+            int attributes[] = {sys::kPointerAttributeRangeStart, sys::kPointerAttributeRangeSize};
+            void* data[] = {&base, &size};
+            REQUIRE(api.pointer_get_attributes(2, attributes, data, ptr) == sys::kSuccess);
+            DevicePtr want_base = 0;
+            std::size_t want_size = 0;
+            REQUIRE(api.mem_get_address_range(&want_base, &want_size, ptr) == sys::kSuccess);
+            CHECK(base == want_base);
+            CHECK(size == want_size);
+            CHECK(size != 0);
+        }
+    }
+    // And a borrow's bounds check sees the same allocation: the last 4 bytes fit, 8 do not.
+    const DevicePtr raw = allocations.front().second;
+    CHECK_NOTHROW(BorrowedSlice<float>(device, raw + kBytes - 4, 1));
+    CHECK_THROWS_WITH_AS(BorrowedSlice<float>(device, raw + kBytes - 4, 2),
+                         doctest::Contains("run past the end"), Error);
+    stream.synchronize();
+    for (const auto& [what, start] : allocations) {
+        if (start != pooled.view().device_ptr()) CHECK(api.mem_free(start) == sys::kSuccess);
+    }
+}
+
 TEST_CASE("interop.foreign_stream_destroyed_after_its_wrapper") {
     // A slice is allocated and written on a wrapped stream, the wrapper is dropped, and then the owner
     // destroys its stream. Reading and freeing the slice afterwards must neither crash nor misorder.

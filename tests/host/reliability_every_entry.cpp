@@ -574,7 +574,7 @@ TEST_CASE("reliability.standard_workload_runs_clean") {
         CHECK(called(fake::Entry::stream_wait_event));
         CHECK(called(fake::Entry::stream_begin_capture));
         CHECK(called(fake::Entry::graph_launch));
-        CHECK(called(fake::Entry::mem_get_address_range));  // borrowed memory's check
+        CHECK(called(fake::Entry::pointer_get_attributes));  // borrowed memory's check
         CHECK(called(fake::Entry::mem_alloc_managed));
         CHECK(called(source == MemorySource::caching_allocator ? fake::Entry::mem_alloc
                                                                : fake::Entry::mem_alloc_async));

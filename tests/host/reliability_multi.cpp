@@ -3,6 +3,7 @@
 // failing on purpose.
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <numeric>
 #include <vector>
 
@@ -148,8 +149,13 @@ TEST_CASE("reliability.borrowed_memory_checks_on_the_fake_driver") {
         CHECK(contains(error_from([&] { BorrowedSlice<int>(d0, host_address, n); }), "page-locked"));
         CHECK(contains(error_from([&] { BorrowedSlice<int>(d0, mine, SIZE_MAX / 2); }), "overflow"));
 
-        gpu.faults.fail_nth(fake::Entry::mem_get_address_range, 1, sys::kErrorInvalidValue);
-        CHECK(contains(error_from([&] { BorrowedSlice<int>(d0, mine, n); }), "cuMemGetAddressRange"));
+        // A borrow's check is one driver call: the pointer's attributes give its allocation's bounds.
+        const std::uint64_t attributes_before = gpu.faults.calls(fake::Entry::pointer_get_attributes);
+        const std::uint64_t ranges_before = gpu.faults.calls(fake::Entry::mem_get_address_range);
+        CHECK_NOTHROW(BorrowedSlice<int>(d0, mine + 4, n - 1));
+        CHECK(contains(error_from([&] { BorrowedSlice<int>(d0, mine + 4, n); }), "run past the end"));
+        CHECK(gpu.faults.calls(fake::Entry::pointer_get_attributes) == attributes_before + 2);
+        CHECK(gpu.faults.calls(fake::Entry::mem_get_address_range) == ranges_before);
         gpu.faults.fail_nth(fake::Entry::pointer_get_attributes, 1, sys::kErrorInvalidValue);
         CHECK(contains(error_from([&] { BorrowedSlice<int>(d0, mine, n); }), "cuPointerGetAttributes"));
 
@@ -171,4 +177,34 @@ TEST_CASE("reliability.borrowed_memory_checks_on_the_fake_driver") {
             static_cast<void>(gpu.driver.api().mem_free(mine));
         }
     }
+}
+
+TEST_CASE("reliability.borrowed_memory_bounds_without_cuPointerGetAttributes") {
+    // A driver without cuPointerGetAttributes (as on HIP): the bounds come from cuMemGetAddressRange.
+    fake::FakeDriver driver;
+    fake::FaultInjector faults(driver.api());
+    sys::DriverApi table = faults.api();
+    table.pointer_get_attributes = nullptr;
+    fake::DriverOverride installed(table);
+    {
+        auto device = Device::open(0);
+        constexpr std::size_t n = 1000;
+        DevicePtr mine = 0;
+        {
+            const auto scope = cudarc::detail::Internals::device_state(device)->bind();
+            REQUIRE(driver.api().mem_alloc(&mine, n * sizeof(int)) == sys::kSuccess);
+        }
+        CHECK_NOTHROW(BorrowedSlice<int>(device, mine, n));
+        CHECK_NOTHROW(BorrowedSlice<int>(device, mine + 4, n - 1));
+        CHECK(contains(error_from([&] { BorrowedSlice<int>(device, mine, n + 1); }), "run past the end"));
+        CHECK(contains(error_from([&] { BorrowedSlice<int>(device, mine + 4 * n, 1); }),
+                       "inside no allocation"));
+        CHECK(faults.calls(fake::Entry::mem_get_address_range) == 4);
+        faults.fail_nth(fake::Entry::mem_get_address_range, 1, sys::kErrorInvalidValue);
+        CHECK(contains(error_from([&] { BorrowedSlice<int>(device, mine, n); }), "cuMemGetAddressRange"));
+        faults.clear();
+        const auto scope = cudarc::detail::Internals::device_state(device)->bind();
+        CHECK(driver.api().mem_free(mine) == sys::kSuccess);
+    }
+    CHECK(driver.live() == fake::LiveCounts{});
 }

@@ -191,6 +191,52 @@ int run_core(const CoreArgs& args) {
         report("raw cuMemAlloc + cuMemFree 1 MiB", plain, "us", "");
         report("cuMemAlloc+Free / DeviceSlice", plain / slice, "x", "");
     }
+
+    // 5. Borrowing another library's memory (issue 27, item 5): a BorrowedSlice with an owner stream,
+    // borrowed and released, against the one pointer check it has to make.
+    {
+        constexpr std::size_t kBytes = std::size_t{1} << 20;
+        DevicePtr raw = 0;
+        {
+            const auto scope = state.bind();
+            state.check(api.mem_alloc(&raw, kBytes), sys::Entry::mem_alloc);
+        }
+        const auto borrow = median(time_rounds_us(
+            warmups, rounds, 2000,
+            [&] { BorrowedSlice<float> b(device, raw + 256, kBytes / sizeof(float) - 64, parent); }, [] {}));
+        const auto check = median(time_rounds_us(
+            warmups, rounds, 2000,
+            [&] {
+                unsigned memory_type = 0;
+                sys::Context context = nullptr;
+                int ordinal = -1;
+                int managed = 0;
+                DevicePtr base = 0;
+                std::size_t size = 0;
+                int attributes[] = {sys::kPointerAttributeMemoryType,    sys::kPointerAttributeContext,
+                                    sys::kPointerAttributeDeviceOrdinal, sys::kPointerAttributeIsManaged,
+                                    sys::kPointerAttributeRangeStart,    sys::kPointerAttributeRangeSize};
+                void* data[] = {&memory_type, &context, &ordinal, &managed, &base, &size};
+                api.pointer_get_attributes(6, attributes, data, raw + 256);
+            },
+            [] {}));
+        const auto range = median(time_rounds_us(
+            warmups, rounds, 2000,
+            [&] {
+                DevicePtr base = 0;
+                std::size_t size = 0;
+                api.mem_get_address_range(&base, &size, raw + 256);
+            },
+            [] {}));
+        {
+            const auto scope = state.bind();
+            state.check(api.mem_free(raw), sys::Entry::mem_free);
+        }
+        report("BorrowedSlice borrow + release (owner stream)", borrow, "us", "one pointer check");
+        report("raw cuPointerGetAttributes (6 attributes)", check, "us", "the check a borrow makes");
+        report("raw cuMemGetAddressRange", range, "us", "no longer made when the attributes give a range");
+        report("borrow + release / raw pointer check", borrow / check, "x", "cudarc's own overhead");
+    }
     return 0;
 }
 
