@@ -65,6 +65,8 @@ struct Result {
     double borrow_us = 0;
     double step_us = 0;
     double release_us = 0;
+    // torch's share of a step that borrows afresh: its at::toDLPack calls and deleters, timed alone.
+    double torch_us = 0;
     double events = 0;
     double waits = 0;
 };
@@ -123,9 +125,21 @@ Result run(const Mode& mode, const Mlp& initial, const torch::Tensor& input, con
     std::vector<double> borrowing;
     std::vector<double> stepping;
     std::vector<double> releasing;
+    std::vector<double> torch_share;
     for (int step = 0; step < kWarmup + kSteps; ++step) {
         for (auto& t : params) t.mutable_grad().zero_();
         torch::mse_loss(model.forward(input), target).backward();
+        if (!mode.lasting) {
+            const auto start = std::chrono::steady_clock::now();
+            for (auto& t : params) {
+                DLManagedTensor* p_tensor = at::toDLPack(t.detach());
+                DLManagedTensor* g_tensor = at::toDLPack(t.grad());
+                p_tensor->deleter(p_tensor);
+                g_tensor->deleter(g_tensor);
+            }
+            torch_share.push_back(
+                std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+        }
         const cudarc::Counters before = device.counters();
         const auto t0 = std::chrono::steady_clock::now();
         std::chrono::steady_clock::time_point borrowed;
@@ -163,6 +177,7 @@ Result run(const Mode& mode, const Mlp& initial, const torch::Tensor& input, con
     result.borrow_us = median(borrowing);
     result.step_us = median(stepping);
     result.release_us = median(releasing);
+    if (!torch_share.empty()) result.torch_us = median(torch_share);
     result.events /= kSteps;
     result.waits /= kSteps;
     for (auto& t : params) result.params.push_back(t.detach().cpu());
@@ -202,6 +217,9 @@ int main() {
         std::printf("  %-38s   (medians: %s %.1f us, step %.1f us, %s %.1f us)\n", "",
                     mode.lasting ? "owner_wrote" : "borrows", r.borrow_us, r.step_us,
                     mode.lasting ? "sync_owner" : "releases", r.release_us);
+        if (!mode.lasting)
+            std::printf("  %-38s   (torch's share, timed alone: toDLPack + deleters %.1f us)\n", "",
+                        r.torch_us);
     }
     // libtorch's own AdamW on the same model, same stream (the host time of its step).
     {

@@ -217,6 +217,42 @@ void Buffer::destroy(Buffer* buffer) noexcept {
 }
 
 namespace {
+// Room kept per thread for a release's uses and events: a step may release hundreds of borrowed buffers,
+// each with a use or two, and then allocates nothing for them. A release takes the room out while it uses
+// it, since a release hook it runs may release another buffer on this thread. Once the thread's room is
+// destroyed, releases in later thread-exit destructors use room of their own.
+struct ReleaseRoom {
+    std::vector<TimelineUse> uses;
+    std::vector<EventRef> events;
+    ReleaseRoom() = default;
+    ReleaseRoom(const ReleaseRoom&) = delete;
+    ReleaseRoom& operator=(const ReleaseRoom&) = delete;
+    ~ReleaseRoom() { gone = true; }
+    static thread_local bool gone;
+};
+thread_local bool ReleaseRoom::gone = false;
+thread_local ReleaseRoom release_room;
+
+class ReleaseRoomLease {
+  public:
+    ReleaseRoomLease() noexcept {
+        if (ReleaseRoom::gone) return;
+        uses = std::move(release_room.uses);
+        events = std::move(release_room.events);
+    }
+    ReleaseRoomLease(const ReleaseRoomLease&) = delete;
+    ReleaseRoomLease& operator=(const ReleaseRoomLease&) = delete;
+    ~ReleaseRoomLease() {
+        uses.clear();
+        events.clear();
+        if (ReleaseRoom::gone) return;
+        if (uses.capacity() > release_room.uses.capacity()) release_room.uses = std::move(uses);
+        if (events.capacity() > release_room.events.capacity()) release_room.events = std::move(events);
+    }
+    std::vector<TimelineUse> uses;
+    std::vector<EventRef> events;
+};
+
 // The uses a free or release must order after, as the memory sources take them: the home stream's own use
 // needs no event (it orders the free itself), the others an event covering their use.
 std::vector<StreamUse> stream_uses(std::vector<TimelineUse>& uses, StreamState* home) {
@@ -244,7 +280,9 @@ void Buffer::release() noexcept {
         // Note: the common case (one stream) skips this, building no list: the home stream orders the free
         // after its own work.
         try {
-            std::vector<TimelineUse> taken = hazards_.take_uses();
+            ReleaseRoomLease room;
+            std::vector<TimelineUse>& taken = room.uses;
+            hazards_.take_uses(taken);
             order_uses_on_own_device(*device_, home_, taken);  // Note [Hazard tracking across devices]
             if (trace_waits()) [[unlikely]] {
                 for (const TimelineUse& use : taken) trace_free(ptr_, bytes_, *use.timeline, use.position);
@@ -266,10 +304,11 @@ void Buffer::release() noexcept {
 }
 
 void Buffer::release_borrowed() noexcept {
-    std::vector<TimelineUse> uses;
+    ReleaseRoomLease room;
+    std::vector<TimelineUse>& uses = room.uses;
     bool complete = false;  // every use is known to have completed on the device
     try {
-        uses = hazards_.take_uses();
+        hazards_.take_uses(uses);
     } catch (...) {
         device_->synchronize_noexcept();
         hazards_.clear();
@@ -297,7 +336,7 @@ void Buffer::release_borrowed() noexcept {
         }
     }
     if (!on_release_) return;
-    std::vector<EventRef> events;
+    std::vector<EventRef>& events = room.events;
     if (!complete) {
         try {
             events.reserve(uses.size());
@@ -311,7 +350,7 @@ void Buffer::release_borrowed() noexcept {
             events.clear();
         }
     }
-    device_->releases().add(std::move(events), on_release_);
+    device_->releases().add(events, on_release_);
 }
 
 bool Buffer::managed() const noexcept {

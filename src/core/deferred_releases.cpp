@@ -1,5 +1,6 @@
 // Note [Deferred release] (core/device_state.hpp): release hooks that wait for events without blocking.
 #include <algorithm>
+#include <iterator>
 #include <utility>
 
 #include "core/device_state.hpp"
@@ -14,107 +15,133 @@ DeferredReleases::~DeferredReleases() {
     drain();
 }
 
-void DeferredReleases::finish(Entry& entry) noexcept {
-    entry.events.clear();
-    if (entry.hook) entry.hook.call(entry.hook.context);
-    entry.hook = {};
+void DeferredReleases::finish(Group& group) noexcept {
+    group.events.clear();
+    for (const ReleaseHook& hook : group.hooks) {
+        if (hook) hook.call(hook.context);
+    }
+    group.hooks.clear();
 }
 
-void DeferredReleases::add(std::vector<EventRef> events, ReleaseHook hook) noexcept {
+namespace {
+// Whether a group's events are exactly `events` less its null ones (in order): the hook joins that group.
+bool same_events(const std::vector<EventRef>& group, std::span<const EventRef> events) noexcept {
+    std::size_t i = 0;
+    for (const EventRef& event : events) {
+        if (!event) continue;
+        if (i == group.size() || group[i].get() != event.get()) return false;
+        ++i;
+    }
+    return i == group.size();
+}
+}  // namespace
+
+bool DeferredReleases::queued_before(const std::vector<Group>& groups, std::size_t end,
+                                     const SharedEvent* event) noexcept {
+    for (std::size_t g = 0; g < end; ++g) {
+        for (const EventRef& e : groups[g].events) {
+            if (e.get() == event) return true;
+        }
+    }
+    return false;
+}
+
+void DeferredReleases::add(std::span<const EventRef> events, ReleaseHook hook) noexcept {
     if (!hook) return;
-    std::erase_if(events, [](const EventRef& event) { return !event; });
-    if (events.empty()) {
-        Entry entry{std::move(events), hook};
-        finish(entry);
+    const auto waits = [](const EventRef& event) { return static_cast<bool>(event); };
+    if (std::none_of(events.begin(), events.end(), waits)) {
+        hook.call(hook.context);
         return;
     }
     try {
         std::lock_guard lock(mutex_);
-        entries_.push_back(Entry{std::move(events), hook});
+        if (!groups_.empty() && same_events(groups_.back().events, events)) {
+            groups_.back().hooks.push_back(hook);
+        } else {
+            Group group;
+            group.hooks.push_back(hook);
+            std::copy_if(events.begin(), events.end(), std::back_inserter(group.events), waits);
+            groups_.push_back(std::move(group));
+        }
         queued_.fetch_add(1, std::memory_order_relaxed);
         return;
-    } catch (...) {
+    } catch (...) {  // NOLINT(bugprone-empty-catch): handled below
     }
     // No memory to queue the hook: wait for its events here (counted) rather than run it early or never.
     {
         const auto scope = device_.bind_or_defer();
         for (const EventRef& event : events) {
+            if (!event) continue;
             device_.defer(device_.api().event_synchronize(event->handle()), sys::Entry::event_synchronize);
             AtomicCounters::bump(device_.counters().event_synchronizes);
         }
     }
-    Entry entry{std::move(events), hook};
-    finish(entry);
+    hook.call(hook.context);
 }
 
 void DeferredReleases::poll_slow() noexcept {
-    std::vector<Entry> ready;
+    std::vector<Group> ready;
     {
         std::lock_guard lock(mutex_);
         const auto scope = device_.bind_or_defer();
-        // Each distinct event is queried once per poll (many hooks share one).
-        std::vector<std::pair<const SharedEvent*, bool>> answers;
+        // Each distinct event is queried once per poll (groups may share events). The answers are kept on
+        // the stack; past its room an event is only asked again.
+        constexpr std::size_t kAnswers = 8;
+        std::pair<const SharedEvent*, bool> answers[kAnswers];
+        std::size_t answered = 0;
         const auto complete = [&](const SharedEvent* event) {
-            for (const auto& [e, done] : answers) {
-                if (e == event) return done;
+            for (std::size_t i = 0; i < answered; ++i) {
+                if (answers[i].first == event) return answers[i].second;
             }
             const sys::Result r = device_.api().event_query(event->handle());
-            // Note: an error here (a sticky device error, say) will never turn into completion; the hook
-            // runs now rather than never, and the error is kept for rethrow_deferred_error.
+            // Note: an error here (a sticky device error, say) will never turn into completion; the hooks
+            // run now rather than never, and the error is kept for rethrow_deferred_error.
             if (r != sys::kErrorNotReady) device_.defer(r, sys::Entry::event_query);
             const bool done = r != sys::kErrorNotReady;
-            try {
-                answers.emplace_back(event, done);
-            } catch (...) {  // NOLINT(bugprone-empty-catch): it is only asked again
-            }
+            if (answered < kAnswers) answers[answered++] = {event, done};
             return done;
         };
-        // Note: one pass that moves the completed entries out, then one erase (a step may queue hundreds).
-        try {
-            ready.reserve(entries_.size());
-        } catch (...) {
-            return;  // try again at the next poll
-        }
-        for (Entry& entry : entries_) {
-            const bool done = std::all_of(entry.events.begin(), entry.events.end(),
+        std::size_t removed = 0;
+        for (Group& group : groups_) {
+            const bool done = std::all_of(group.events.begin(), group.events.end(),
                                           [&](const EventRef& event) { return complete(event.get()); });
             if (!done) continue;
-            ready.push_back(std::move(entry));
-            entry.hook = {};  // marks it for the erase below (add() queues no empty hook)
+            try {
+                ready.push_back(std::move(group));
+            } catch (...) {
+                break;  // no memory to move it out: it waits for the next poll
+            }
+            removed += ready.back().hooks.size();
+            group.hooks.clear();  // marks it for the erase below (a queued group is never empty)
         }
-        const auto removed = std::erase_if(entries_, [](const Entry& entry) { return !entry.hook; });
+        std::erase_if(groups_, [](const Group& group) { return group.hooks.empty(); });
         queued_.fetch_sub(removed, std::memory_order_relaxed);
     }
     // Outside the lock: a hook may call into cudarc (or CUDA) again.
-    for (Entry& entry : ready) finish(entry);
+    for (Group& group : ready) finish(group);
 }
 
 void DeferredReleases::drain() noexcept {
-    std::vector<Entry> all;
+    std::vector<Group> all;
     {
         std::lock_guard lock(mutex_);
-        all.swap(entries_);
+        all.swap(groups_);
         queued_.store(0, std::memory_order_relaxed);
     }
     if (all.empty()) return;
     {
         const auto scope = device_.bind_or_defer();
-        std::vector<const SharedEvent*> waited;
-        for (Entry& entry : all) {
-            for (const EventRef& event : entry.events) {
-                if (std::find(waited.begin(), waited.end(), event.get()) != waited.end()) continue;
+        for (std::size_t g = 0; g < all.size(); ++g) {
+            for (const EventRef& event : all[g].events) {
+                if (queued_before(all, g, event.get())) continue;  // waited for already
                 device_.defer(device_.api().event_synchronize(event->handle()),
                               sys::Entry::event_synchronize);
                 AtomicCounters::bump(device_.counters().event_synchronizes);
-                try {
-                    waited.push_back(event.get());
-                } catch (...) {  // NOLINT(bugprone-empty-catch): it is only waited for again
-                }
             }
         }
     }
     // Outside the scope: a hook runs in whatever context its caller had current.
-    for (Entry& entry : all) finish(entry);
+    for (Group& group : all) finish(group);
 }
 
 }  // namespace cudarc::detail

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <new>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -107,8 +108,10 @@ class DeferredReleases {
 
     // Calls `hook` once every event has completed (at once when there are none). Never throws: without
     // memory to queue, it waits on the host (counted) and calls the hook. Hooks often share their events
-    // (a step's releases wait for one event per stream): a poll queries each event once.
-    void add(std::vector<EventRef> events, ReleaseHook hook) noexcept;
+    // (a step's releases wait for one event per stream): a hook queued with the same events as the last
+    // one joins its group, so a poll costs one query per distinct event and one check per group, however
+    // many hooks wait (a step that borrows hundreds of tensors polls at each borrow).
+    void add(std::span<const EventRef> events, ReleaseHook hook) noexcept;
     // Calls the hooks whose events have completed. One relaxed load when nothing is queued.
     // Note: not during a capture on this thread, where an event query would invalidate the capture.
     void poll() noexcept {
@@ -117,19 +120,28 @@ class DeferredReleases {
     // Waits on the host for every queued event (counted) and calls every hook (device teardown).
     void drain() noexcept;
     [[nodiscard]] std::size_t queued() const noexcept { return queued_.load(std::memory_order_relaxed); }
+    // How many groups the queued hooks form (tests).
+    [[nodiscard]] std::size_t groups() {
+        std::lock_guard lock(mutex_);
+        return groups_.size();
+    }
 
   private:
-    struct Entry {
+    // Hooks that wait for the same events, in the order they were queued.
+    struct Group {
         std::vector<EventRef> events;
-        ReleaseHook hook;
+        std::vector<ReleaseHook> hooks;
     };
     void poll_slow() noexcept;
-    void finish(Entry& entry) noexcept;
+    static void finish(Group& group) noexcept;
+    // Whether one of groups[0, end) waits for `event` too.
+    static bool queued_before(const std::vector<Group>& groups, std::size_t end,
+                              const SharedEvent* event) noexcept;
 
     DeviceState& device_;
     std::mutex mutex_;
-    std::vector<Entry> entries_;
-    std::atomic<std::size_t> queued_{0};
+    std::vector<Group> groups_;
+    std::atomic<std::size_t> queued_{0};  // hooks, over all groups
 };
 
 // Polls a device's release queue when it goes out of scope, after the scopes declared after it (so outside

@@ -216,8 +216,7 @@ bool HazardState::would_wait(std::size_t offset, std::size_t bytes, Access acces
     return table_.conflicts(offset, offset + bytes, access);
 }
 
-std::vector<TimelineUse> HazardState::take_uses() {
-    std::vector<TimelineUse> uses;
+void HazardState::take_uses(std::vector<TimelineUse>& uses) {
     const auto add = [&](const Use& use) {
         const std::uint64_t position = use.timeline->concrete(use.position);
         for (TimelineUse& u : uses) {
@@ -240,7 +239,6 @@ std::vector<TimelineUse> HazardState::take_uses() {
         }
     }
     clear();
-    return uses;
 }
 
 void HazardState::clear() noexcept {

@@ -206,8 +206,9 @@ class HazardState {
     void collect_all(const Timeline& self, Needs& needs) const;
     // Whether an access by a stream that never used the buffer would have to wait for anything.
     [[nodiscard]] bool would_wait(std::size_t offset, std::size_t bytes, Access access) const noexcept;
-    // Every use the state holds, one per timeline (kTrackedSoFar made concrete), leaving it untouched.
-    [[nodiscard]] std::vector<TimelineUse> take_uses();
+    // Every use the state holds, one per timeline (kTrackedSoFar made concrete), added to `uses` (the
+    // caller's room, empty), and then forgets them (clear). Throws std::bad_alloc, the state unchanged.
+    void take_uses(std::vector<TimelineUse>& uses);
     // Forgets everything.
     void clear() noexcept;
 

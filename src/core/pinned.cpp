@@ -91,7 +91,7 @@ void PinnedState::release() noexcept {
     hazards_.detach_link();
     std::vector<TimelineUse> uses;
     try {
-        uses = hazards_.take_uses();
+        hazards_.take_uses(uses);
     } catch (...) {
         // No memory for the list: every copy of this memory ran on some device's stream; wait for this one
         // (the common case), and leak rather than risk the others.
@@ -122,7 +122,7 @@ void PinnedState::release() noexcept {
         if (queued != nullptr) {
             (queue != nullptr ? *queue : *device_)
                 .releases()
-                .add(std::move(events), ReleaseHook{&free_queued_pinned, queued});
+                .add(events, ReleaseHook{&free_queued_pinned, queued});
         } else {
             device_->defer(
                 Error("cudarc: a PinnedBuffer destroyed inside a graph capture, with copies of "

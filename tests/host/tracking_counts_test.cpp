@@ -1,9 +1,11 @@
 // Note [Stream timelines] on the fake driver: what hazard tracking costs in driver calls follows streams,
 // not buffers. A step over 1024 buffers fed by another stream, eagerly and as a replay, makes one wait and
 // at most two events; sub-views on 64 streams wait for nothing but their forks and joins; a borrow that
-// lasts costs no driver call to renew.
+// lasts costs no driver call to renew; a step's DLPack deleters wait as one group.
 #include <doctest/doctest.h>
 
+#include <array>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -305,6 +307,87 @@ TEST_CASE("tracking.a_borrow_that_lasts_is_renewed_without_driver_calls") {
         BorrowedSlice<float> ownerless(device, memory.front().device_ptr(), 32);
         CHECK(contains(error_from([&] { ownerless.owner_wrote(); }), "no owner stream"));
         CHECK(contains(error_from([&] { ownerless.sync_owner(); }), "no owner stream"));
+    }
+    CHECK(gpu.driver.violations().empty());
+}
+
+namespace {
+
+// A DLPack tensor of one float array whose deleter notes the order it ran in.
+struct Tensor {
+    std::array<std::int64_t, 1> shape{32};
+    std::vector<int>* deleted = nullptr;
+    int index = 0;
+    dlpack::DLManagedTensorVersioned managed{};
+    dlpack::DLManagedTensorVersioned* make(DevicePtr ptr, std::vector<int>& log, int i) {
+        deleted = &log;
+        index = i;
+        managed = {};
+        managed.version = {1, 1};
+        managed.manager_ctx = this;
+        managed.deleter = [](dlpack::DLManagedTensorVersioned* self) {
+            auto* t = static_cast<Tensor*>(self->manager_ctx);
+            t->deleted->push_back(t->index);
+        };
+        managed.dl_tensor.data = reinterpret_cast<void*>(static_cast<std::uintptr_t>(ptr));
+        managed.dl_tensor.device = {dlpack::kDLCUDA, 0};
+        managed.dl_tensor.ndim = 1;
+        managed.dl_tensor.dtype = {dlpack::kDLFloat, 32, 1};
+        managed.dl_tensor.shape = shape.data();
+        return &managed;
+    }
+};
+
+}  // namespace
+
+TEST_CASE("tracking.a_steps_dlpack_deleters_wait_as_one_group") {
+    // Note [Deferred release]: a step's releases share one event, so their deleters form one group. The
+    // next step's borrows each poll the queue: one event query per poll, however many deleters wait.
+    FakeGpu gpu;
+    {
+        auto device = Device::open(0);
+        auto& releases = cudarc::detail::Internals::device_state(device)->releases();
+        auto owner = device.create_stream();
+        auto module = Module::from_ptx(device, kPtx);
+        const auto touch = module.kernel<void(int*)>("touch");
+        constexpr int kCount = 256;
+        std::vector<DeviceSlice<float>> memory;
+        for (int i = 0; i < kCount; ++i) memory.push_back(DeviceSlice<float>::zeros(owner, 32));
+        std::vector<Tensor> tensors(2 * kCount);
+        std::vector<int> deleted;
+        const auto borrow_all = [&](int first) {
+            std::vector<BorrowedSlice<float>> out;
+            for (int i = 0; i < kCount; ++i) {
+                out.push_back(from_dlpack<float>(
+                    device, tensors[first + i].make(memory[i].device_ptr(), deleted, first + i), owner));
+            }
+            return out;
+        };
+        gpu.driver.hold(owner.native());  // the step's kernel stays queued: its event is not complete
+        {
+            std::vector<BorrowedSlice<float>> step = borrow_all(0);
+            IndirectAccess access(owner);
+            for (auto& b : step) access.add(b.view());
+            access.order();
+            launch(owner, LaunchConfig{1, 1}, touch, nullptr);
+            access.done();
+        }  // released
+        CHECK(deleted.empty());
+        CHECK(releases.queued() == kCount);
+        CHECK(releases.groups() == 1);
+        const std::uint64_t queries = gpu.faults.calls(fake::Entry::event_query);
+        std::vector<BorrowedSlice<float>> next = borrow_all(kCount);  // each borrow polls
+        CHECK(gpu.faults.calls(fake::Entry::event_query) - queries == kCount);
+        CHECK(deleted.empty());
+        gpu.driver.release(owner.native());
+        owner.synchronize();  // polls after the wait: every deleter runs, in the order they were queued
+        REQUIRE(deleted.size() == kCount);
+        for (int i = 0; i < kCount; ++i) CHECK(deleted[static_cast<std::size_t>(i)] == i);
+        CHECK(releases.queued() == 0);
+        CHECK(releases.groups() == 0);
+        next.clear();  // unused: their deleters wait only for the owner's work before the borrow
+        owner.synchronize();
+        CHECK(deleted.size() == 2 * kCount);
     }
     CHECK(gpu.driver.violations().empty());
 }
