@@ -104,6 +104,9 @@ void sync_owner(Buffer* buffer) {
     Buffer& b = owned_by_someone(buffer, "cudarc::BorrowedSlice::sync_owner");
     StreamState& owner = *b.owner();
     if (!owner.alive()) throw Error("cudarc::BorrowedSlice::sync_owner: the owner's stream was retired");
+    // Note: used by the owner alone since it wrote (the commonest case: stepped on the owner's stream),
+    // the owner has nothing to wait for.
+    if (b.hazards().owned_by(owner.timeline())) return;
     Needs needs;
     b.hazards().collect_all(owner.timeline(), needs);
     for (std::size_t i = 0; i < needs.size(); ++i)

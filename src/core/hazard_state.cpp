@@ -187,6 +187,13 @@ void HazardState::record_use(Timeline& timeline) {
 }
 
 void HazardState::reset_to_owner(Timeline& owner) noexcept {
+    // Note: a buffer its owner alone holds (a borrow that lasts, stepped on the owner's stream) only
+    // forgets the owner's last access, with no lock, as the owner's own fast path writes it (Note [Owner's
+    // last access]). Its keeps are pruned at the next reset that takes the lock, or at its release.
+    if (owned_by(owner)) {
+        owner_last_.store(kOwnersWork, std::memory_order_release);
+        return;
+    }
     std::lock_guard lock(lock_);
     table_active_ = false;
     reader_.store(nullptr, std::memory_order_relaxed);
@@ -196,6 +203,10 @@ void HazardState::reset_to_owner(Timeline& owner) noexcept {
 }
 
 void HazardState::collect_all(const Timeline& self, Needs& needs) const {
+    // Note: `self` alone holds the buffer: there is nothing to collect (the fast path's test, no lock).
+    if (exclusive_.load(std::memory_order_acquire) == &self &&
+        reader_.load(std::memory_order_acquire) == nullptr)
+        return;
     std::lock_guard lock(lock_);
     if (!table_active_) {
         Timeline* owner = exclusive_.load(std::memory_order_relaxed);
