@@ -100,6 +100,7 @@ Result run(const Mode& mode, const Mlp& initial, const torch::Tensor& input, con
     const auto tensors_of = [&](std::vector<cudarc::BorrowedSlice<float>>& p,
                                 std::vector<cudarc::BorrowedSlice<const float>>& g) {
         std::vector<optim::ParamTensor> out;
+        out.reserve(p.size());
         for (std::size_t i = 0; i < p.size(); ++i) out.emplace_back(p[i].view(), g[i].view());
         return out;
     };

@@ -8,7 +8,7 @@
 namespace cudarc::detail {
 
 PollReleasesOnExit::~PollReleasesOnExit() {
-    device_.releases().poll();
+    device_.releases().poll_now();
 }
 
 DeferredReleases::~DeferredReleases() {
@@ -116,6 +116,7 @@ void DeferredReleases::poll_slow() noexcept {
         }
         std::erase_if(groups_, [](const Group& group) { return group.hooks.empty(); });
         queued_.fetch_sub(removed, std::memory_order_relaxed);
+        skip_.store(ready.empty() ? kSkippedPolls : 0, std::memory_order_relaxed);
     }
     // Outside the lock: a hook may call into cudarc (or CUDA) again.
     for (Group& group : ready) finish(group);

@@ -99,6 +99,10 @@ class StreamPool {
 // per-device queue with the events of the uses it must follow; the queue is polled (cuEventQuery, never a
 // wait) when memory is allocated or borrowed and after every synchronize, and at device teardown it waits
 // for what is left. A hook therefore runs on a thread that calls into cudarc, outside every cudarc lock.
+// A poll that finds nothing ready lets the next kSkippedPolls allocations and borrows pass without one: a
+// step that borrows hundreds of tensors would otherwise query the same pending event at every borrow. A
+// host wait always polls. So a hook runs at most that many allocations or borrows after its events
+// completed, or at the next host wait.
 class DeferredReleases {
   public:
     explicit DeferredReleases(DeviceState& device) noexcept : device_(device) {}
@@ -112,11 +116,25 @@ class DeferredReleases {
     // one joins its group, so a poll costs one query per distinct event and one check per group, however
     // many hooks wait (a step that borrows hundreds of tensors polls at each borrow).
     void add(std::span<const EventRef> events, ReleaseHook hook) noexcept;
-    // Calls the hooks whose events have completed. One relaxed load when nothing is queued.
+    // At an allocation or a borrow: calls the hooks whose events have completed, unless a recent poll found
+    // nothing ready (Note [Deferred release]). One relaxed load when nothing is queued.
     // Note: not during a capture on this thread, where an event query would invalidate the capture.
     void poll() noexcept {
+        if (queued_.load(std::memory_order_relaxed) == 0 || capture_on_this_thread()) return;
+        // Note: a relaxed load and store, not an atomic decrement: a count two threads both decrement
+        // once only skips one poll less.
+        if (const unsigned skip = skip_.load(std::memory_order_relaxed); skip != 0) {
+            skip_.store(skip - 1, std::memory_order_relaxed);
+            return;
+        }
+        poll_slow();
+    }
+    // After a host wait: always polls.
+    void poll_now() noexcept {
         if (queued_.load(std::memory_order_relaxed) != 0 && !capture_on_this_thread()) poll_slow();
     }
+    // How many polls at allocations and borrows a poll that found nothing ready lets pass.
+    static constexpr unsigned kSkippedPolls = 16;
     // Waits on the host for every queued event (counted) and calls every hook (device teardown).
     void drain() noexcept;
     [[nodiscard]] std::size_t queued() const noexcept { return queued_.load(std::memory_order_relaxed); }
@@ -142,6 +160,7 @@ class DeferredReleases {
     std::mutex mutex_;
     std::vector<Group> groups_;
     std::atomic<std::size_t> queued_{0};  // hooks, over all groups
+    std::atomic<unsigned> skip_{0};       // polls still to let pass
 };
 
 // Polls a device's release queue when it goes out of scope, after the scopes declared after it (so outside
