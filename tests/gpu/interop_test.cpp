@@ -137,7 +137,10 @@ TEST_CASE("interop.borrow_bounds_from_pointer_attributes_match_the_address_range
     auto stream = device.create_stream();
     auto pooled = DeviceSlice<std::uint8_t>::zeros(stream, kBytes);  // a block of cudarc's own allocator
     allocations.emplace_back("a DeviceSlice", pooled.view().device_ptr());
-    for (const auto& [what, start] : allocations) {
+    for (const auto& allocation : allocations) {
+        // Note: named copies, not a structured binding, which doctest's CAPTURE cannot capture in clang.
+        const char* const what = allocation.first;
+        const DevicePtr start = allocation.second;
         for (const std::size_t offset : {std::size_t{0}, std::size_t{4096} + 4, kBytes - 4}) {
             CAPTURE(what);
             CAPTURE(offset);
@@ -161,8 +164,9 @@ TEST_CASE("interop.borrow_bounds_from_pointer_attributes_match_the_address_range
     CHECK_THROWS_WITH_AS(BorrowedSlice<float>(device, raw + kBytes - 4, 2),
                          doctest::Contains("run past the end"), Error);
     stream.synchronize();
-    for (const auto& [what, start] : allocations) {
-        if (start != pooled.view().device_ptr()) CHECK(api.mem_free(start) == sys::kSuccess);
+    for (const auto& allocation : allocations) {
+        if (allocation.second != pooled.view().device_ptr())
+            CHECK(api.mem_free(allocation.second) == sys::kSuccess);
     }
 }
 
